@@ -1,0 +1,3 @@
+"""deployc: a declarative deployment compiler for on-device AI."""
+
+__version__ = "0.1.0"

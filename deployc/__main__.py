@@ -1,0 +1,3 @@
+from deployc.cli import entry
+
+entry()

@@ -1,0 +1,124 @@
+"""Command line. Commands only wire stages together; `main` is the one error boundary."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.table import Table
+
+from deployc.console import Console
+from deployc.errors import DeploycError, UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative deployment compiler for on-device AI.")
+targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
+app.add_typer(targets_app, name="targets")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
+
+
+@app.command()
+def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest files")]) -> None:
+    """Load and check manifests and the profiles they name. Builds nothing, imports no model code."""
+    from deployc.project import load_project
+
+    console = Console()
+    problems = []
+    for path in manifests:
+        try:
+            project = load_project(path)
+        except UserError as exc:
+            problems.extend(exc.diagnostics)
+            continue
+        m = project.manifest
+        console.result(f"{path}: ok ({m.name} {m.version}: {len(m.models)} model(s), "
+                       f"targets {', '.join(m.targets)})")
+    if problems:
+        raise UserError(problems)
+
+
+@targets_app.command("list")
+def targets_list(json_out: JsonOpt = False) -> None:
+    """Profiles found on the search path (./targets and ancestors, then DEPLOYC_TARGETS_PATH)."""
+    from deployc.targets.profile import available_profiles, search_path
+
+    console = Console(json_mode=json_out)
+    found = available_profiles(search_path(Path.cwd()))
+    if json_out:
+        console.document({name: str(p) for name, p in found.items()})
+        return
+    for name, p in found.items():
+        console.result(f"{name}\t{p}")
+
+
+@targets_app.command("show")
+def targets_show(name: str, json_out: JsonOpt = False) -> None:
+    """A profile after inheritance."""
+    from deployc.schema_base import format_size
+    from deployc.targets.profile import load_profile, search_path
+
+    console = Console(json_mode=json_out)
+    loaded = load_profile(name, Path.cwd(), search_path(Path.cwd()))
+    data = loaded.profile.model_dump(mode="json", by_alias=True)
+    if json_out:
+        console.document(data)
+        return
+    p = loaded.profile
+    console.result(f"{p.name}: {p.description}".rstrip(": "))
+    console.result(f"  from: {' <- '.join(str(f) for f in loaded.files)}")
+    console.result(f"  device: {p.device.soc}, {p.device.os}, {p.device.abi}")
+    table = Table("unit", "backend", "quantization", "threads", "budgets")
+    for u in p.units:
+        budgets = u.budgets.model_dump(exclude_none=True) if u.budgets else {}
+        table.add_row(u.name, u.backend, ", ".join(u.quantization), str(u.threads or "-"),
+                      ", ".join(f"{k}={format_size(v)}" for k, v in budgets.items()) or "-")
+    console.table(table)
+    overall = ", ".join(f"{k}={format_size(v)}" for k, v in p.budgets.model_dump(exclude_none=True).items())
+    console.result(f"  budgets: {overall or '-'}; fallback: {p.fallback}")
+
+
+@app.command()
+def schema(out: Annotated[Path, typer.Option(help="directory to write the schemas to")] = Path("schemas")) -> None:
+    """Write JSON Schemas of the manifest and the profile (for editors)."""
+    from deployc.schemas import write_schemas
+
+    console = Console()
+    for path in write_schemas(out):
+        console.result(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    console = Console()
+    try:
+        app(args=args, prog_name="deployc", standalone_mode=False)
+        return 0
+    except DeploycError as exc:
+        if debug:
+            traceback.print_exc()
+        console.error_lines(exc.lines())
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        console.error_lines([f"error: {exc.format_message()}"])
+        return 2
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        console.error_lines(["interrupted"])
+        return 130
+    except Exception as exc:  # the boundary: a bug must still exit cleanly with code 3
+        if debug:
+            traceback.print_exc()
+        console.error_lines([f"internal error: {type(exc).__name__}: {exc}",
+                             "    hint: rerun with --debug for the traceback, and please report it"])
+        return 3
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The manifest schema (apiVersion deployc/v1) and its loader.
+
+Structure is checked by pydantic; cross-references (dims, targets, overrides) by `check_references`,
+so that a user sees every problem at once, each pointing at its own line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+
+from deployc.errors import Diagnostic, ManifestError
+from deployc.quantization import DEFAULT_CALIBRATION_SAMPLES, SCHEMES, SchemeName
+from deployc.schema_base import Frozen, Identifier
+from deployc.schema_errors import closest, diagnostics_from
+from deployc.yaml_io import Document
+
+API_VERSION = "deployc/v1"
+
+Dtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
+
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_FACTORY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Checkpoint(Frozen):
+    path: str = Field(description="weights file, relative to the manifest's folder")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="lowercase hex sha256 of the file; checked before use")
+
+
+class Source(Frozen):
+    factory: str = Field(description="'module:callable' returning a torch.nn.Module; module looked up "
+                                     "in the manifest's folder first, then on the Python path")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+    checkpoint: Checkpoint | None = None
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_form(cls, v: str) -> str:
+        if not _FACTORY.match(v):
+            raise ValueError(f"{v!r} is not of the form 'package.module:callable'")
+        return v
+
+
+class InputSpec(Frozen):
+    shape: list[Annotated[int, Field(ge=1)] | Identifier] = Field(
+        description="sizes: positive integers, or names of dims declared under `dims`")
+    dtype: Dtype = "float32"
+    range: tuple[float, float] | None = Field(
+        default=None, description="[low, high] of generated example and calibration values "
+                                  "(integers: both inclusive)")
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"range low {v[0]} is greater than high {v[1]}")
+        return v
+
+
+class DimSpec(Frozen):
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)]
+
+
+def _scheme_shorthand(v: Any) -> Any:
+    return {"scheme": v} if isinstance(v, str) else v
+
+
+class Calibration(Frozen):
+    samples: Annotated[int, Field(ge=1, le=10_000)] = DEFAULT_CALIBRATION_SAMPLES
+    seed: int = 0
+
+
+class QuantSpec(Frozen):
+    scheme: SchemeName
+    group_size: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="weights per quantization group (4w, 8da4w, 16a4w); default 32")
+    calibration: Calibration | None = Field(
+        default=None, description="calibration inputs for static schemes (w8a8, 16a8w, 16a4w)")
+
+
+Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
+
+
+class VerifySpec(Frozen):
+    min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+    min_sqnr_db: float | None = None
+    max_abs: Annotated[float, Field(ge=0.0)] | None = None
+    enabled: bool = True
+
+
+class Override(Frozen):
+    """What a target may change about a model."""
+
+    quantization: Quantization | None = None
+    unit: Identifier | None = Field(default=None, description="pin the model to this compute unit")
+    verify: VerifySpec | None = None
+
+
+class ModelSpec(Frozen):
+    source: Source
+    inputs: dict[Identifier, InputSpec] = Field(min_length=1, description="named example inputs, in call order")
+    dims: dict[Identifier, DimSpec] = Field(default_factory=dict, description="symbolic (dynamic) dims")
+    quantization: Quantization = Field(default_factory=lambda: QuantSpec(scheme="fp32"))
+    verify: VerifySpec = Field(default_factory=VerifySpec)
+    params: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="parameter count, for a plan-time size estimate")
+    seed: int = Field(default=0, description="seed for weights' init and example inputs")
+    overrides: dict[str, Override] = Field(default_factory=dict, description="per target name")
+
+
+ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+
+
+class Manifest(Frozen):
+    api_version: Literal["deployc/v1"] = Field(alias="apiVersion")
+    name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="[a-z0-9-]+")
+    version: str = Field(description="semantic version of the bundle, e.g. 1.0.0")
+    description: str = ""
+    targets: list[str] = Field(min_length=1, description="profile names or relative paths to profile files")
+    models: dict[ModelName, ModelSpec] = Field(min_length=1)
+    pipeline: dict[str, Any] | None = Field(default=None, description="multi-model composition (reserved)")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _semver(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(f"{v!r} was read as a number; quote it and use three parts, e.g. \"1.0.0\"")
+        if isinstance(v, str) and not _SEMVER.match(v):
+            raise ValueError(f"{v!r} is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0)")
+        return v
+
+
+def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
+    """Cross-field rules pydantic cannot see."""
+    out: list[Diagnostic] = []
+
+    def err(path: tuple[str | int, ...], msg: str, hint: str | None = None, key: bool = False) -> None:
+        out.append(Diagnostic(doc.locate(path, key=key), msg, hint))
+
+    seen: dict[str, int] = {}
+    for i, t in enumerate(m.targets):
+        if t in seen:
+            err(("targets", i), f"targets[{i}]: target '{t}' is listed twice")
+        seen[t] = i
+    for name, model in m.models.items():
+        base = ("models", name)
+        used: set[str] = set()
+        for inp_name, inp in model.inputs.items():
+            for j, dim in enumerate(inp.shape):
+                if isinstance(dim, str):
+                    used.add(dim)
+                    if dim not in model.dims:
+                        err((*base, "inputs", inp_name, "shape", j),
+                            f"models.{name}.inputs.{inp_name}.shape[{j}]: dim '{dim}' is not declared under models.{name}.dims",
+                            closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
+            if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
+                err((*base, "inputs", inp_name, "range"), f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
+        for dim_name, dim in model.dims.items():
+            if dim.min > dim.max:
+                err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: min {dim.min} is greater than max {dim.max}")
+            if dim_name not in used:
+                err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: dim is declared but no input uses it",
+                    key=True)
+        _check_quant(model.quantization, (*base, "quantization"), f"models.{name}.quantization", err)
+        for target, ov in model.overrides.items():
+            if target not in m.targets:
+                err((*base, "overrides", target),
+                    f"models.{name}.overrides.{target}: '{target}' is not one of this manifest's targets",
+                    closest(target, m.targets) or f"targets are: {', '.join(m.targets)}", key=True)
+            if ov.quantization is not None:
+                _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
+                             f"models.{name}.overrides.{target}.quantization", err)
+    return out
+
+
+def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+    scheme = SCHEMES[q.scheme]
+    if q.group_size is not None and not scheme.grouped:
+        err((*path, "group_size"), f"{dotted}.group_size: scheme '{q.scheme}' is not grouped",
+            "group_size applies to " + ", ".join(s.name for s in SCHEMES.values() if s.grouped))
+    if q.calibration is not None and not scheme.calibrated:
+        err((*path, "calibration"), f"{dotted}.calibration: scheme '{q.scheme}' takes no calibration",
+            "calibration applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
+
+
+def parse_manifest(doc: Document) -> Manifest:
+    """Structure only; `check_references` finds the rest (deployc.project runs both)."""
+    try:
+        return Manifest.model_validate(doc.data)
+    except ValidationError as exc:
+        raise ManifestError(diagnostics_from(exc, doc, Manifest)) from None

@@ -1,0 +1,96 @@
+"""Load a manifest and every profile it names, reporting all problems at once. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from deployc.errors import Diagnostic, UserError
+from deployc.graph.source import find_module_file, module_roots
+from deployc.manifest import Manifest, check_references, parse_manifest
+from deployc.schema_errors import closest
+from deployc.targets.profile import LoadedProfile, load_profile, search_path
+from deployc.yaml_io import Document, load_file
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path
+    manifest: Manifest
+    doc: Document
+    profiles: dict[str, LoadedProfile]  # keyed by the manifest's target reference
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+
+def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    roots = module_roots(folder)
+    for name, model in m.models.items():
+        module = model.source.factory.split(":")[0]
+        if find_module_file(module, roots) is None:
+            out.append(Diagnostic(doc.locate(("models", name, "source", "factory")),
+                                  f"models.{name}.source.factory: module '{module}' not found in {folder} "
+                                  "or on the Python path"))
+        ckpt = model.source.checkpoint
+        if ckpt is not None and not (folder / ckpt.path).is_file():
+            out.append(Diagnostic(doc.locate(("models", name, "source", "checkpoint", "path")),
+                                  f"models.{name}.source.checkpoint.path: no file {ckpt.path} next to the manifest"))
+    return out
+
+
+def _check_pins(m: Manifest, doc: Document, profiles: dict[str, LoadedProfile]) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for name, model in m.models.items():
+        for target, ov in model.overrides.items():
+            if ov.unit is None or target not in profiles:
+                continue
+            units = [u.name for u in profiles[target].profile.units]
+            if ov.unit not in units:
+                out.append(Diagnostic(doc.locate(("models", name, "overrides", target, "unit")),
+                                      f"models.{name}.overrides.{target}.unit: profile '{target}' has no unit '{ov.unit}'",
+                                      closest(ov.unit, units) or f"its units: {', '.join(units)}"))
+    return out
+
+
+def _load_profiles(refs: list[str], doc: Document, folder: Path, env: Mapping[str, str] | None,
+                   problems: list[Diagnostic]) -> dict[str, LoadedProfile]:
+    dirs = search_path(folder, env)
+    profiles: dict[str, LoadedProfile] = {}
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str) or ref in profiles:
+            continue
+        where = Diagnostic(doc.locate(("targets", i)), f"targets[{i}]")
+        try:
+            profiles[ref] = load_profile(ref, folder, dirs, where)
+        except UserError as exc:
+            problems.extend(exc.diagnostics)
+    return profiles
+
+
+def _sorted(problems: list[Diagnostic]) -> list[Diagnostic]:
+    return sorted(problems, key=lambda d: (d.location, d.message))
+
+
+def load_project(path: Path, env: Mapping[str, str] | None = None) -> Project:
+    doc = load_file(path)
+    folder = path.parent
+    try:
+        manifest = parse_manifest(doc)
+    except UserError as exc:
+        # Report broken profiles in the same run, as long as the target list itself is readable.
+        problems = list(exc.diagnostics)
+        refs = doc.data.get("targets")
+        if isinstance(refs, list):
+            _load_profiles(refs, doc, folder, env, problems)
+        raise UserError(_sorted(problems)) from None
+    problems = check_references(manifest, doc)
+    profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
+    problems.extend(_check_sources(manifest, doc, folder))
+    problems.extend(_check_pins(manifest, doc, profiles))
+    if problems:
+        raise UserError(_sorted(problems))
+    return Project(path, manifest, doc, profiles)

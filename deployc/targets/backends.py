@@ -1,0 +1,90 @@
+"""Backend registry: what each ExecuTorch backend can build and where its programs run.
+
+A plain dict of small records, passed explicitly; its keys are the schema's allowed backend names.
+Nothing here imports torch: partitioners are built in deployc.graph.lower, keyed by backend name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+QNN_LIB = "lib/x86_64-linux-clang/libQnnHtp.so"
+
+
+@dataclass(frozen=True)
+class Availability:
+    usable: bool
+    reason: str = ""
+
+
+class Backend(Protocol):
+    name: str
+    schemes: frozenset[str]
+    host_runnable: bool  # can the host's executorch.runtime execute this backend's programs?
+    static_shapes_only: bool
+    not_run_reason: str
+
+    def available(self, env: Mapping[str, str]) -> Availability: ...
+
+
+@dataclass(frozen=True)
+class _Module:
+    """A backend whose ahead-of-time toolchain ships in the executorch wheel."""
+
+    name: str
+    schemes: frozenset[str]
+    module: str
+    host_runnable: bool
+    static_shapes_only: bool = False
+    not_run_reason: str = ""
+
+    def available(self, env: Mapping[str, str]) -> Availability:
+        try:
+            found = importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):
+            found = False
+        return Availability(True) if found else Availability(False, f"module {self.module} is not installed")
+
+
+@dataclass(frozen=True)
+class _Qnn:
+    name: str
+    schemes: frozenset[str]
+    host_runnable: bool = False
+    static_shapes_only: bool = True
+    not_run_reason: str = "QNN programs run on a Hexagon NPU; this host has none"
+
+    def available(self, env: Mapping[str, str]) -> Availability:
+        root = env.get("QNN_SDK_ROOT", "")
+        if not root:
+            return Availability(False, "Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)")
+        if not (Path(root) / QNN_LIB).is_file():
+            return Availability(False, f"QNN_SDK_ROOT={root} has no {QNN_LIB}")
+        return Availability(True)
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        _Module("xnnpack", frozenset({"fp32", "8da8w", "8da4w", "w8a8"}),
+                "executorch.backends.xnnpack", host_runnable=True),
+        _Module("vulkan", frozenset({"fp32", "fp16"}), "executorch.backends.vulkan", host_runnable=False,
+                not_run_reason="Vulkan programs need a GPU with the Vulkan delegate; this host's runtime has none"),
+        _Module("cortex_m", frozenset({"w8a8"}), "executorch.backends.cortex_m", host_runnable=False,
+                static_shapes_only=True,
+                not_run_reason="Cortex-M kernels are not registered in this host's runtime"),
+        _Module("portable", frozenset({"fp32"}), "executorch.exir", host_runnable=True),
+        _Qnn("qnn", frozenset({"16a8w", "16a4w", "w8a8", "fp16"})),
+    )
+}
+
+BackendName = Literal["xnnpack", "vulkan", "cortex_m", "portable", "qnn"]
+
+
+def backend_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    return dict(os.environ if env is None else env)

@@ -1,0 +1,1 @@
+"""Example model factories used by the manifests in this folder."""

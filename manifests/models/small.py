@@ -1,0 +1,63 @@
+"""Small example models: quick to export and lower, real enough to show every step."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, features: int, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConvNet(nn.Module):
+    """Conv + batch norm + pooling: batch norm must fold into the convolution when lowered."""
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels * 2, 3, padding=1, stride=2), nn.BatchNorm2d(channels * 2), nn.ReLU(),
+        )
+        self.head = nn.Linear(channels * 2, classes)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(image).mean(dim=(2, 3)))
+
+
+class TextEncoder(nn.Module):
+    """One transformer encoder block over token ids, mean-pooled: a dynamic sequence length."""
+
+    def __init__(self, vocab: int = 1000, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.block = nn.TransformerEncoderLayer(dim, heads, dim * 2, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block(self.embed(tokens)).mean(dim=1))
+
+
+def mlp(features: int = 64, hidden: int = 256, classes: int = 16) -> nn.Module:
+    return MLP(features, hidden, classes)
+
+
+def convnet(channels: int = 8, classes: int = 10) -> nn.Module:
+    model = ConvNet(channels, classes)
+    # Non-trivial running statistics, so that folding batch norm is actually exercised.
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def text_encoder(vocab: int = 1000, dim: int = 64, heads: int = 4) -> nn.Module:
+    return TextEncoder(vocab, dim, heads)

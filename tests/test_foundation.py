@@ -1,0 +1,93 @@
+"""Cross-cutting foundation checks: example manifests, schemas, vocabularies, speed, no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import typing
+from pathlib import Path
+
+import pytest
+
+from deployc.errors import UserError
+from deployc.quantization import SCHEMES, SchemeName
+from deployc.schemas import json_schemas
+from deployc.targets.backends import BACKENDS, BackendName
+from deployc.yaml_io import load_text
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "manifests").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_manifests_validate(path: Path, cli) -> None:
+    r = cli("validate", str(path))
+    assert r.code == 0, r.err
+    assert r.out.startswith(f"{path}: ok")
+
+
+def test_shipped_json_schemas_are_current() -> None:
+    for name, text in json_schemas().items():
+        shipped = REPO / "schemas" / name
+        assert shipped.read_text() == text, f"run `deployc schema` to refresh {shipped}"
+    manifest_schema = json.loads(json_schemas()["manifest.schema.json"])
+    assert "apiVersion" in manifest_schema["properties"]
+
+
+def test_vocabularies_agree() -> None:
+    assert set(typing.get_args(SchemeName)) == set(SCHEMES)
+    assert set(typing.get_args(BackendName)) == set(BACKENDS)
+    for b in BACKENDS.values():
+        assert b.schemes <= set(SCHEMES)
+
+
+def test_validate_imports_no_torch_and_is_fast() -> None:
+    code = (
+        "import sys, time; t = time.perf_counter();"
+        "from deployc.cli import main; rc = main(['validate', *sys.argv[1:]]);"
+        "print(rc, 'torch' in sys.modules, 'executorch' in sys.modules, time.perf_counter() - t)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, EXAMPLES)], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    rc, torch_loaded, et_loaded, seconds = proc.stdout.splitlines()[-1].split()
+    assert (rc, torch_loaded, et_loaded) == ("0", "False", "False"), proc.stderr
+    assert float(seconds) < 1.0
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        refs = ",".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    (_bomb(9), "alias bomb"),
+    ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper"),
+    ("a: " + "x" * (2 << 20) + "\n", "larger than"),
+])
+def test_hostile_yaml_refused_fast_with_bounded_memory(text: str, message: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    with pytest.raises(UserError) as info:
+        load_text(text, Path("evil.yaml"))
+    assert time.perf_counter() - t < 1.0
+    assert message in info.value.diagnostics[0].message
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 200 * 1024
+
+
+def test_debug_shows_traceback_only_when_asked(project: Path) -> None:
+    (project / "m.yaml").write_text("apiVersion: deployc/v1\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    quiet = subprocess.run([sys.executable, "-m", "deployc", "validate", "m.yaml"], capture_output=True,
+                           text=True, cwd=project, env=env, timeout=60)
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    loud = subprocess.run([sys.executable, "-m", "deployc", "--debug", "validate", "m.yaml"], capture_output=True,
+                          text=True, cwd=project, env=env, timeout=60)
+    assert loud.returncode == 2 and "Traceback" in loud.stderr
