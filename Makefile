@@ -18,7 +18,7 @@ install: $(STAMP)
 # Build the main example manifest for every target it lists, then show what came out.
 demo: $(STAMP)
 	$(BIN)/deployc validate manifests/*.yaml
-	$(BIN)/deployc targets show snapdragon
+	$(BIN)/deployc plan manifests/small_models.yaml
 
 # Install everything and run the whole test suite.
 test: $(STAMP)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import click
 import typer
@@ -39,6 +39,42 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
                        f"targets {', '.join(m.targets)})")
     if problems:
         raise UserError(problems)
+
+
+CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", help="cache directory (default: $DEPLOYC_CACHE_DIR "
+                                                                   "or ~/.cache/deployc)")]
+TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
+
+
+@app.command()
+def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, json_out: JsonOpt = False) -> None:
+    """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
+    from deployc.cache import Cache, default_cache_dir, unit_id
+    from deployc.plan import make_plan, plan_json
+    from deployc.project import load_project
+    from deployc.toolchain import detect
+
+    console = Console(json_mode=json_out)
+    build_plan = make_plan(load_project(manifest), detect(), target)
+    cache = Cache(cache_dir or default_cache_dir())
+    status = {u.program_key: cache.status(u.program_key, unit_id(u.model, u.target, u.unit))
+              for u in build_plan.units()}
+    if json_out:
+        console.document({"plan": plan_json(build_plan), "cache": status})
+        return
+    m = build_plan.manifest
+    console.result(f"{m.name} {m.version}: {len(build_plan.units())} unit(s), "
+                   f"{len(build_plan.programs())} distinct program(s)")
+    table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
+    skipped: list[str] = []
+    for u in build_plan.units():
+        dims = ", ".join(f"{d.name}={d.min}..{d.max}" for d in u.step_of("export").dims) or "static"
+        table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.step_of("lower").partitioners) or "-",
+                      u.quantization, dims, status[u.program_key], u.program_key[:12])
+        skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
+    console.table(table)
+    for line in skipped:
+        console.result(line)
 
 
 @targets_app.command("list")

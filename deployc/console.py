@@ -15,8 +15,9 @@ class Console:
     def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
-        self.out = RichConsole(file=sys.stdout, soft_wrap=True, highlight=False)
-        self.err = RichConsole(file=sys.stderr, soft_wrap=True, highlight=False)
+        # Wide tables when piped (CI logs), the terminal's width otherwise.
+        self.out = RichConsole(file=sys.stdout, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+        self.err = RichConsole(file=sys.stderr, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
     def result(self, text: str) -> None:
         """A line of the command's result, for people (suppressed under --json)."""

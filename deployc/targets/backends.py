@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from deployc.targets.recipes import supported
+
 QNN_LIB = "lib/x86_64-linux-clang/libQnnHtp.so"
 
 
@@ -32,12 +34,19 @@ class Backend(Protocol):
     def available(self, env: Mapping[str, str]) -> Availability: ...
 
 
+class _Schemes:
+    name: str
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        return frozenset(supported(self.name))
+
+
 @dataclass(frozen=True)
-class _Module:
+class _Module(_Schemes):
     """A backend whose ahead-of-time toolchain ships in the executorch wheel."""
 
     name: str
-    schemes: frozenset[str]
     module: str
     host_runnable: bool
     static_shapes_only: bool = False
@@ -52,9 +61,8 @@ class _Module:
 
 
 @dataclass(frozen=True)
-class _Qnn:
+class _Qnn(_Schemes):
     name: str
-    schemes: frozenset[str]
     host_runnable: bool = False
     static_shapes_only: bool = True
     not_run_reason: str = "QNN programs run on a Hexagon NPU; this host has none"
@@ -71,15 +79,14 @@ class _Qnn:
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        _Module("xnnpack", frozenset({"fp32", "8da8w", "8da4w", "w8a8"}),
-                "executorch.backends.xnnpack", host_runnable=True),
-        _Module("vulkan", frozenset({"fp32", "fp16"}), "executorch.backends.vulkan", host_runnable=False,
+        _Module("xnnpack", "executorch.backends.xnnpack", host_runnable=True),
+        _Module("vulkan", "executorch.backends.vulkan", host_runnable=False,
                 not_run_reason="Vulkan programs need a GPU with the Vulkan delegate; this host's runtime has none"),
-        _Module("cortex_m", frozenset({"w8a8"}), "executorch.backends.cortex_m", host_runnable=False,
+        _Module("cortex_m", "executorch.backends.cortex_m", host_runnable=False,
                 static_shapes_only=True,
                 not_run_reason="Cortex-M kernels are not registered in this host's runtime"),
-        _Module("portable", frozenset({"fp32"}), "executorch.exir", host_runnable=True),
-        _Qnn("qnn", frozenset({"16a8w", "16a4w", "w8a8", "fp16"})),
+        _Module("portable", "executorch.exir", host_runnable=True),
+        _Qnn("qnn"),
     )
 }
 

@@ -1,0 +1,252 @@
+"""The planner: backend selection, quantization recipes, overrides, content keys, golden plans."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deployc.errors import PlanError
+from deployc.plan import make_plan
+from deployc.project import load_project
+from deployc.quantization import SCHEMES
+from deployc.targets.backends import BACKENDS
+from deployc.toolchain import BackendStatus, Toolchain, detect
+
+REPO = Path(__file__).resolve().parent.parent
+VERSIONS = {"python": "3.11.7", "deployc": "0.1.0", "torch": "2.13.0+cpu", "executorch": "1.5.1",
+            "torchao": "0.18.0", "flatbuffers": "25.12.19", "numpy": "2.4.6"}
+
+
+def toolchain(qnn: bool = False, **versions: str) -> Toolchain:
+    backends = {n: BackendStatus(usable=True) for n in BACKENDS}
+    if not qnn:
+        backends["qnn"] = BackendStatus(usable=False, reason="Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)")
+    return Toolchain(versions={**VERSIONS, **versions}, backends=backends)
+
+
+def write_manifest(folder: Path, model_body: str = "", *, targets: str = "[snapdragon, arduino_q]",
+                   quant: str = "fp32", dims: bool = True, name: str = "m.yaml") -> Path:
+    shape = "[batch, 64]" if dims else "[1, 64]"
+    dims_text = "    dims: {batch: {min: 1, max: 8}}\n" if dims else ""
+    text = (f"apiVersion: deployc/v1\nname: demo\nversion: 1.0.0\ntargets: {targets}\nmodels:\n"
+            f"  clf:\n    source: {{factory: 'models.small:mlp'}}\n"
+            f"    inputs: {{x: {{shape: {shape}}}}}\n{dims_text}    quantization: {quant}\n{model_body}")
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def units_of(path: Path, tc: Toolchain | None = None) -> dict[str, tuple[str, str, list[str]]]:
+    plan = make_plan(load_project(path), tc or toolchain())
+    return {u.target: (u.unit, u.backend, [f"{s.unit}: {s.reason}" for s in u.skipped]) for u in plan.units()}
+
+
+def test_snapdragon_priority_and_skips(project: Path) -> None:
+    assert units_of(write_manifest(project, quant="fp32")) == {
+        "snapdragon": ("gpu", "vulkan", ["npu: accepts 16a8w, 16a4w, w8a8, fp16; not fp32"]),
+        "arduino_q": ("cpu", "xnnpack", []),
+    }
+    assert units_of(write_manifest(project, quant="8da8w"))["snapdragon"] == (
+        "cpu", "xnnpack", ["npu: accepts 16a8w, 16a4w, w8a8, fp16; not 8da8w", "gpu: accepts fp32, fp16; not 8da8w"])
+
+
+def test_qnn_absent_falls_back_to_next_unit(project: Path) -> None:
+    path = write_manifest(project, quant="w8a8", dims=False)
+    assert units_of(path)["snapdragon"] == (
+        "cpu", "xnnpack", ["npu: toolchain not usable here: Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)",
+                           "gpu: accepts fp32, fp16; not w8a8"])
+    assert units_of(path, toolchain(qnn=True))["snapdragon"] == ("npu", "qnn", [])
+
+
+def test_qnn_detected_from_environment(tmp_path: Path) -> None:
+    assert not detect({}).backends["qnn"].usable
+    sdk = tmp_path / "qnn"
+    (sdk / "lib" / "x86_64-linux-clang").mkdir(parents=True)
+    assert not detect({"QNN_SDK_ROOT": str(sdk)}).backends["qnn"].usable
+    (sdk / "lib" / "x86_64-linux-clang" / "libQnnHtp.so").write_bytes(b"")
+    assert detect({"QNN_SDK_ROOT": str(sdk)}).backends["qnn"].usable
+
+
+def test_fallback_error_policy(project: Path) -> None:
+    profile = (project / "targets" / "snapdragon.yaml").read_text().replace("fallback: next", "fallback: error")
+    (project / "targets" / "snapdragon.yaml").write_text(profile)
+    path = write_manifest(project, quant="w8a8", dims=False, targets="[snapdragon]")
+    with pytest.raises(PlanError) as info:
+        make_plan(load_project(path), toolchain())
+    d = info.value.diagnostics[0]
+    assert (d.location.line, d.message) == (
+        9, "models.clf: unit 'npu' (qnn) of target 'snapdragon' cannot build on this machine: Qualcomm QNN SDK "
+           "not found (QNN_SDK_ROOT is not set); profile 'snapdragon' has fallback: error")
+
+
+def test_mcu_pin(project: Path) -> None:
+    body = "    overrides:\n      arduino_q: {unit: mcu}\n"
+    path = write_manifest(project, body, quant="w8a8", dims=False)
+    assert units_of(path)["arduino_q"] == ("mcu", "cortex_m", [])
+    with pytest.raises(PlanError) as info:
+        make_plan(load_project(write_manifest(project, body, quant="w8a8", dims=True)), toolchain())
+    assert info.value.diagnostics[0].message == (
+        "models.clf.overrides.arduino_q.unit: unit 'mcu' (cortex_m) cannot build this model: needs static shapes; "
+        "the model declares dynamic dims batch")
+    with pytest.raises(PlanError) as info:
+        make_plan(load_project(write_manifest(project, body, quant="8da8w", dims=False)), toolchain())
+    d = info.value.diagnostics[0]
+    assert d.message == ("models.clf.overrides.arduino_q.unit: unit 'mcu' (cortex_m) cannot build this model: "
+                         "accepts w8a8; not 8da8w")
+    assert d.hint == "unit 'mcu' supports: w8a8"
+    assert (d.location.line, d.location.col) == (11, 25)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> None:
+    accepted = sorted(BACKENDS[backend].schemes)
+    (project / "targets" / "board.yaml").write_text(
+        f"apiVersion: deployc/v1\nname: board\ndevice: {{soc: X, os: linux, abi: arm64}}\n"
+        f"units:\n  - {{name: u, backend: {backend}, quantization: [{', '.join(accepted)}]}}\n")
+    path = write_manifest(project, quant=scheme, dims=False, targets="[board]")
+    if scheme in accepted:
+        plan = make_plan(load_project(path), toolchain(qnn=True))
+        (unit,) = plan.units()
+        assert (unit.backend, unit.quantization) == (backend, scheme)
+        recipe = unit.step_of("quantize").recipe
+        assert recipe.method == ("none" if scheme in ("fp32", "fp16") else "pt2e" if SCHEMES[scheme].calibrated
+                                 else "torchao")
+    else:
+        with pytest.raises(PlanError) as info:
+            make_plan(load_project(path), toolchain(qnn=True))
+        d = info.value.diagnostics[0]
+        assert d.message == f"clf.quantization: no unit of target 'board' can build model 'clf' with scheme '{scheme}'" \
+            .replace("clf.quantization", "models.clf.quantization")
+        assert d.hint == f"u ({backend}): accepts {', '.join(accepted)}; not {scheme}"
+
+
+def test_override_precedence(project: Path) -> None:
+    body = ("    verify: {min_cosine: 0.95}\n"
+            "    overrides:\n      arduino_q: {quantization: {scheme: 8da4w, group_size: 64}, "
+            "verify: {min_sqnr_db: 9.0}}\n")
+    plan = make_plan(load_project(write_manifest(project, body, quant="8da8w")), toolchain())
+    by_target = {u.target: u for u in plan.units()}
+    sd, aq = by_target["snapdragon"], by_target["arduino_q"]
+    assert sd.quantization == "8da8w" and sd.step_of("quantize").recipe.group_size is None
+    assert aq.quantization == "8da4w" and aq.step_of("quantize").recipe.group_size == 64
+    v_sd, v_aq = sd.step_of("verify"), aq.step_of("verify")
+    assert (v_sd.min_cosine, v_sd.min_sqnr_db) == (0.95, SCHEMES["8da8w"].min_sqnr_db)
+    assert (v_aq.min_cosine, v_aq.min_sqnr_db) == (0.95, 9.0)
+
+
+def test_verify_points_and_not_run(project: Path) -> None:
+    plan = make_plan(load_project(write_manifest(project, quant="fp32")), toolchain())
+    by_target = {u.target: u for u in plan.units()}
+    assert by_target["arduino_q"].step_of("verify").points == [{"batch": 1}, {"batch": 4}, {"batch": 8}]
+    gpu = by_target["snapdragon"].step_of("verify")
+    assert not gpu.run and gpu.reason.startswith("not run on this host: Vulkan")
+
+
+def _program_key(path: Path, tc: Toolchain | None = None, target: str = "arduino_q") -> str:
+    plan = make_plan(load_project(path), tc or toolchain())
+    return next(u.program_key for u in plan.units() if u.target == target)
+
+
+def test_same_program_shared_across_targets(project: Path) -> None:
+    plan = make_plan(load_project(write_manifest(project, quant="8da8w")), toolchain())
+    keys = {u.target: u.program_key for u in plan.units()}
+    assert keys["snapdragon"] == keys["arduino_q"] and len(plan.programs()) == 1
+    assert len({u.step_of("package").key for u in plan.units()}) == 2
+
+
+@pytest.mark.parametrize("change", ["kwargs", "source", "dims", "dtype", "group", "seed", "torch", "flatbuffers",
+                                    "backend-options", "checkpoint"])
+def test_each_input_changes_the_key(project: Path, change: str) -> None:
+    (project / "ck.pt").write_bytes(b"weights")
+    base = write_manifest(project, quant="8da4w")
+    before = _program_key(base)
+    tc = None
+    text = base.read_text()
+    if change == "kwargs":
+        text = text.replace("'models.small:mlp'}", "'models.small:mlp', kwargs: {hidden: 128}}")
+    elif change == "source":
+        with (project / "models" / "small.py").open("a") as f:
+            f.write("\n# a comment still changes the source hash\n")
+    elif change == "dims":
+        text = text.replace("max: 8", "max: 16")
+    elif change == "dtype":
+        text = text.replace("shape: [batch, 64]", "shape: [batch, 64], dtype: float16")
+    elif change == "group":
+        text = text.replace("quantization: 8da4w", "quantization: {scheme: 8da4w, group_size: 64}")
+    elif change == "seed":
+        text = text.replace("quantization:", "seed: 1\n    quantization:")
+    elif change == "torch":
+        tc = toolchain(torch="2.13.1")
+    elif change == "flatbuffers":
+        tc = toolchain(flatbuffers="24.3.25")
+    elif change == "backend-options":
+        prof = project / "targets" / "arduino_q.yaml"
+        prof.write_text(prof.read_text().replace("    threads: 4\n    warmup: 1\n    quantization: [fp32",
+                                                 "    threads: 4\n    warmup: 1\n    options: {x: 1}\n"
+                                                 "    quantization: [fp32"))
+    elif change == "checkpoint":
+        text = text.replace("'models.small:mlp'}", "'models.small:mlp', checkpoint: {path: ck.pt, sha256: '" +
+                            "a" * 64 + "'}}")
+    base.write_text(text)
+    assert _program_key(base, tc) != before
+
+
+def test_labels_and_tolerances_do_not_change_the_program_key(project: Path) -> None:
+    base = write_manifest(project, quant="8da4w")
+    before = _program_key(base)
+    base.write_text(base.read_text().replace("name: demo", "name: other").replace("quantization: 8da4w",
+                    "quantization: 8da4w\n    verify: {min_cosine: 0.5}\n    params: 100"))
+    assert _program_key(base) == before
+
+
+def test_keys_are_stable_across_processes(project: Path) -> None:
+    path = write_manifest(project, quant="8da8w")
+    here = make_plan(load_project(path), detect({}))
+    code = ("import json, sys; from pathlib import Path; from deployc.plan import make_plan;"
+            "from deployc.project import load_project; from deployc.toolchain import detect;"
+            "p = make_plan(load_project(Path(sys.argv[1])), detect({}));"
+            "print(json.dumps([u.program_key for u in p.units()]))")
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+                         cwd="/", timeout=60)
+    assert json.loads(out.stdout) == [u.program_key for u in here.units()], out.stderr
+
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+@pytest.mark.parametrize("manifest", sorted((REPO / "manifests").glob("*.yaml")), ids=lambda p: p.stem)
+def test_golden_plans(manifest: Path) -> None:
+    plan = make_plan(load_project(manifest, env={}), toolchain()).model_dump(mode="json")
+    golden = GOLDEN / f"{manifest.stem}.plan.json"
+    text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("DEPLOYC_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.read_text() == text, "plan changed; rerun with DEPLOYC_UPDATE_GOLDEN=1 if intended"
+
+
+def test_plan_command_imports_no_torch_and_is_fast(project: Path) -> None:
+    path = write_manifest(project, quant="8da8w")
+    code = ("import sys, time; t = time.perf_counter(); from deployc.cli import main;"
+            "rc = main(['plan', '--json', sys.argv[1]]);"
+            "print(rc, 'torch' in sys.modules, time.perf_counter() - t, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    rc, torch_loaded, seconds = proc.stderr.split()[-3:]
+    assert (rc, torch_loaded) == ("0", "False"), proc.stderr
+    assert float(seconds) < 1.0
+    doc = json.loads(proc.stdout)
+    assert {u["unit"] for t in doc["plan"]["targets"] for u in t["units"]} == {"cpu"}
+    assert set(doc["cache"].values()) == {"new"}
+
+
+def test_plan_cli_bad_target(project: Path, cli) -> None:
+    path = write_manifest(project)
+    r = cli("plan", str(path), "--target", "pixel")
+    assert r.code == 2
+    assert "--target pixel: not one of this manifest's targets: snapdragon, arduino_q" in r.err
