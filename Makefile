@@ -19,6 +19,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/deployc validate manifests/*.yaml
 	$(BIN)/deployc plan manifests/small_models.yaml
+	$(BIN)/deployc build manifests/small_models.yaml --out dist
 
 # Install everything and run the whole test suite.
 test: $(STAMP)

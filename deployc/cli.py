@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import click
 import typer
@@ -13,6 +14,9 @@ from rich.table import Table
 
 from deployc.console import Console
 from deployc.errors import DeploycError, UserError
+
+if TYPE_CHECKING:
+    from deployc.build import BuildReport
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative deployment compiler for on-device AI.")
 targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
@@ -75,6 +79,78 @@ def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, j
     console.table(table)
     for line in skipped:
         console.result(line)
+
+
+@app.command("build")
+def build_cmd(
+    manifest: Path,
+    target: TargetOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("dist"),
+    jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core)")] = 0,
+    cache_dir: CacheOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Build, verify and package bundles (default out dir dist/)."""
+    from deployc.build import BuildReport, build
+    from deployc.cache import Cache, default_cache_dir
+    from deployc.errors import BuildError
+    from deployc.packaging.bundle import write_bundle
+    from deployc.plan import make_plan
+    from deployc.project import load_project
+    from deployc.toolchain import detect
+
+    console = Console(json_mode=json_out)
+    project = load_project(manifest)
+    build_plan = make_plan(project, detect(), target)
+    cache = Cache(cache_dir or default_cache_dir())
+    results = build(build_plan, project, cache, jobs or os.cpu_count() or 1, console.status, console.warn)
+    bundles: dict[str, dict[str, str]] = {}
+    not_written: dict[str, str] = {}
+    for t in build_plan.targets:
+        units = [results[f"{u.model}@{u.target}"] for u in t.units]
+        failed = [u for u in units if u.status == "failed"]
+        if failed:
+            not_written[t.target] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
+            continue
+        bundles[t.target] = write_bundle(build_plan, t, units, project, out)
+    report = BuildReport(list(results.values()), bundles, not_written)
+    if json_out:
+        console.document(report.to_json())
+    else:
+        _print_build(console, report)
+    if report.failed:
+        raise BuildError(f"{len(report.failed)} of {len(report.units)} unit(s) failed")
+
+
+def _print_build(console: Console, report: BuildReport) -> None:
+    from deployc.schema_base import format_size
+
+    table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
+                  "latency")
+    for r in report.units:
+        rep = r.report
+        v = r.verification
+        metrics = v.get("metrics")
+        vtext = v.get("status", "-")
+        if metrics:
+            vtext += f" (cos {metrics['min_cosine']:.5f}, {metrics['min_sqnr_db']:.1f} dB)"
+        planned = max((m["planned_memory_bytes"] for m in rep.get("methods", {}).values()), default=None)
+        latency = rep.get("verification", {}).get("latency_ms")
+        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
+                      r.status, format_size(rep["size_bytes"]) if rep else "-",
+                      format_size(planned) if planned is not None else "-",
+                      f"{rep['delegated_share']:.0%}" if rep else "-", vtext,
+                      f"{latency:.2f} ms" if latency is not None else "-")
+    console.table(table)
+    for r in report.failed:
+        console.result(f"FAILED {r.unit.model} on {r.unit.target} ({r.unit.unit}) at {r.step}: {r.error}")
+    for r in report.units:
+        if r.verification.get("status") == "not-run":
+            console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification['reason']}")
+    for t, b in report.bundles.items():
+        console.result(f"bundle {t}: {b['dir']}  ({b['archive']})")
+    for t, why in report.skipped_bundles.items():
+        console.result(f"no bundle for {t}: {why}")
 
 
 @targets_app.command("list")

@@ -1,0 +1,179 @@
+"""Execute a BuildPlan: build each distinct program once (worker processes, through the cache),
+judge every unit against its own tolerances and budgets, then package one bundle per target.
+
+The parent process never imports torch: a no-op rebuild only hashes cached files and packages.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployc.cache import Cache
+from deployc.graph.metrics import judge
+from deployc.graph.program_builder import PROGRAM_FILE, REPORT_FILE, build_program, init_worker
+from deployc.plan import BuildPlan, UnitPlan
+from deployc.project import Project
+from deployc.schema_base import format_size
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class UnitResult:
+    unit: UnitPlan
+    status: str  # built | cached | failed
+    step: str | None = None
+    error: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)
+    verification: dict[str, Any] = field(default_factory=dict)
+    program: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        methods = r.get("methods", {})
+        return {
+            "model": self.unit.model, "target": self.unit.target, "unit": self.unit.unit,
+            "backend": self.unit.backend, "quantization": self.unit.quantization, "status": self.status,
+            "program_key": self.unit.program_key,
+            "pte": str(self.program) if self.program else None,
+            "size_bytes": r.get("size_bytes"),
+            "planned_memory_bytes": {m: v["planned_memory_bytes"] for m, v in methods.items()},
+            "delegated_share": r.get("delegated_share"),
+            "delegates": r.get("delegates"),
+            "non_delegated_ops": r.get("non_delegated_ops"),
+            "verification": self.verification,
+            "latency_ms": r.get("verification", {}).get("latency_ms"),
+            "durations_s": r.get("durations_s"),
+            "failure": {"step": self.step, "error": self.error} if self.status == "failed" else None,
+        }
+
+
+@dataclass
+class BuildReport:
+    units: list[UnitResult]
+    bundles: dict[str, dict[str, str]]  # target -> {"dir": ..., "archive": ...}
+    skipped_bundles: dict[str, str]  # target -> why no bundle was written
+
+    @property
+    def failed(self) -> list[UnitResult]:
+        return [u for u in self.units if u.status == "failed"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"units": [u.to_json() for u in self.units], "bundles": self.bundles,
+                "bundles_not_written": self.skipped_bundles, "ok": not self.failed}
+
+
+def _run_workers(todo: list[UnitPlan], project: Project, cache: Cache, jobs: int,
+                 progress: Progress) -> dict[str, dict[str, Any]]:
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
+    events = ctx.Queue()
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            try:
+                label, step = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):
+                return
+            progress(f"  {label}: {step}")
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    results: dict[str, dict[str, Any]] = {}
+    payloads = {u.program_key: {"unit": u.model_dump(mode="json"), "cache": str(cache.root),
+                                "manifest_dir": str(project.folder.resolve())} for u in todo}
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker,
+                                 initargs=(events, threads, str(cache.root / "logs"))) as pool:
+            futures = {key: pool.submit(build_program, p) for key, p in payloads.items()}
+            for key, fut in futures.items():
+                try:
+                    results[key] = fut.result()
+                except BrokenProcessPool:
+                    results[key] = {"key": key, "status": "failed", "step": "build",
+                                    "error": "the worker process died (killed, or crashed in native code)"}
+    finally:
+        stop.set()
+        reader.join(timeout=2)
+    return results
+
+
+def _budget_problems(unit: UnitPlan, report: dict[str, Any]) -> list[str]:
+    limits = unit.step_of("budget").limits
+    size = report["size_bytes"]
+    planned = max((m["planned_memory_bytes"] for m in report["methods"].values()), default=0)
+    usage = {"storage": size, "flash": size, "ram": size + planned, "sram": planned}
+    what = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
+            "sram": "planned activation memory"}
+    return [f"{what[k]} {format_size(usage[k])} ({usage[k]} B) exceeds the {k} budget {format_size(v)} ({v} B) "
+            f"of unit '{unit.unit}' on target '{unit.target}'"
+            for k, v in sorted(limits.items()) if usage[k] > v]
+
+
+def _judge(unit: UnitPlan, result: dict[str, Any], cache: Cache) -> UnitResult:
+    if result.get("status") == "failed":
+        return UnitResult(unit, "failed", result.get("step"), result.get("error"))
+    entry, _ = cache.get(unit.program_key)
+    if entry is None:
+        return UnitResult(unit, "failed", "cache", "the built program vanished from the cache")
+    report = json.loads(entry.file(REPORT_FILE).read_text())
+    v = unit.step_of("verify")
+    tolerance = {"min_cosine": v.min_cosine, "min_sqnr_db": v.min_sqnr_db, "max_abs": v.max_abs}
+    measured = report["verification"]
+    status, step, error = result["status"], None, None
+    if not v.run:
+        verification = {"status": "not-run", "reason": v.reason, "tolerance": tolerance}
+    elif measured["status"] != "measured":
+        verification = {"status": "failed", "reason": measured.get("reason", ""), "tolerance": tolerance}
+        status, step, error = "failed", "verify", measured.get("reason", "")
+    else:
+        missed = judge(measured["summary"], v.min_cosine, v.min_sqnr_db, v.max_abs)
+        verification = {"status": "failed" if missed else "passed", "metrics": measured["summary"],
+                        "points": measured["points"], "tolerance": tolerance}
+        if missed:
+            status, step, error = "failed", "verify", "verification against eager PyTorch missed: " + "; ".join(missed)
+    over = _budget_problems(unit, report)
+    if over and status != "failed":
+        status, step, error = "failed", "budget", "; ".join(over)
+    return UnitResult(unit, status, step, error, report, verification, entry.file(PROGRAM_FILE))
+
+
+def build(plan: BuildPlan, project: Project, cache: Cache, jobs: int, progress: Progress,
+          warn: Progress) -> dict[str, UnitResult]:
+    """Build every distinct program (or find it cached); judge every unit."""
+    programs = plan.programs()
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for key, unit in programs.items():
+        entry, warning = cache.get(key)
+        if warning:
+            warn(warning)
+        if entry is not None:
+            results[key] = {"key": key, "status": "cached"}
+        else:
+            todo.append(unit)
+    if todo:
+        progress(f"building {len(todo)} program(s) with {min(jobs, len(todo))} worker(s); "
+                 f"{len(programs) - len(todo)} cached")
+        t = time.perf_counter()
+        built = _run_workers(todo, project, cache, min(jobs, len(todo)), progress)
+        for key, r in built.items():
+            if r.get("warning"):
+                warn(r["warning"])
+        results.update(built)
+        progress(f"built in {time.perf_counter() - t:.1f} s")
+    return {f"{u.model}@{u.target}": _judge(u, results[u.program_key], cache) for u in plan.units()}

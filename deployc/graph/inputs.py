@@ -1,0 +1,38 @@
+"""Deterministic example inputs within the declared value ranges, at a chosen size for every dim."""
+
+from __future__ import annotations
+
+import torch
+
+from deployc.plan import DimPlan, InputPlan
+
+DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int64": torch.int64,
+    "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+}
+
+
+def export_point(dims: list[DimPlan]) -> dict[str, int]:
+    """Sizes for the export example. Never 1 where the dim may grow: torch.export specializes size 1."""
+    point = {}
+    for d in dims:
+        mid = (d.min + d.max) // 2
+        point[d.name] = max(mid, 2) if d.max >= 2 else mid
+    return point
+
+
+def make_inputs(inputs: list[InputPlan], point: dict[str, int], seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for spec in inputs:
+        shape = [point[s] if isinstance(s, str) else s for s in spec.shape]
+        dtype = DTYPES[spec.dtype]
+        low, high = spec.range
+        if dtype.is_floating_point:
+            t = torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low
+            out.append(t.to(dtype))
+        elif dtype == torch.bool:
+            out.append(torch.randint(int(low), int(high) + 1, shape, generator=gen).bool())
+        else:
+            out.append(torch.randint(int(low), int(high) + 1, shape, generator=gen, dtype=torch.int64).to(dtype))
+    return out

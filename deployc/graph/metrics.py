@@ -1,0 +1,59 @@
+"""Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
+
+
+def compare(ref: np.ndarray, out: np.ndarray) -> dict[str, float]:
+    if np.shape(ref) != np.shape(out):
+        raise ValueError(f"output shape {list(np.shape(out))} differs from eager {list(np.shape(ref))}")
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    o = np.asarray(out, dtype=np.float64).ravel()
+    diff = r - o
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    nr, no = float(np.linalg.norm(r)), float(np.linalg.norm(o))
+    if nr == 0.0 and no == 0.0:
+        cosine = 1.0
+    elif nr == 0.0 or no == 0.0:
+        cosine = 0.0
+    else:
+        cosine = float(np.dot(r, o) / (nr * no))
+    noise = float(np.sum(diff * diff))
+    signal = float(np.sum(r * r))
+    if noise == 0.0:
+        sqnr = EXACT_SQNR_DB
+    elif signal == 0.0:
+        sqnr = -EXACT_SQNR_DB
+    else:
+        sqnr = max(-EXACT_SQNR_DB, min(EXACT_SQNR_DB, 10.0 * math.log10(signal / noise)))
+    if not math.isfinite(max_abs):
+        max_abs = float(np.finfo(np.float64).max)
+    return {"max_abs": max_abs, "cosine": min(cosine, 1.0) if math.isfinite(cosine) else -1.0, "sqnr_db": sqnr}
+
+
+def summarize(points: list[dict]) -> dict[str, float]:
+    """The worst value of each metric over every output at every point."""
+    outs = [o for p in points for o in p["outputs"]]
+    return {
+        "max_abs": max(o["max_abs"] for o in outs),
+        "min_cosine": min(o["cosine"] for o in outs),
+        "min_sqnr_db": min(o["sqnr_db"] for o in outs),
+    }
+
+
+def judge(summary: dict[str, float], min_cosine: float, min_sqnr_db: float, max_abs: float | None) -> list[str]:
+    """The tolerances missed, as readable phrases; empty when all hold."""
+    missed = []
+    if summary["min_cosine"] < min_cosine:
+        missed.append(f"cosine {summary['min_cosine']:.6f} < {min_cosine}")
+    if summary["min_sqnr_db"] < min_sqnr_db:
+        missed.append(f"SQNR {summary['min_sqnr_db']:.2f} dB < {min_sqnr_db} dB")
+    if max_abs is not None and summary["max_abs"] > max_abs:
+        missed.append(f"max abs error {summary['max_abs']:.3g} > {max_abs}")
+    return missed

@@ -1,0 +1,209 @@
+"""Build one program of a plan, end to end, into the cache. Runs inside a worker process.
+
+load -> example inputs + eager references -> quantize/export -> lower -> serialize -> verify (in a
+child process) -> report. A program that builds is cached with its measurements, including a
+verification that missed its tolerance (rebuilding would give the same bytes); a step that raises is
+reported as failed and nothing is cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from deployc.cache import Cache, unit_id
+from deployc.errors import BuildError
+from deployc.plan import UnitPlan
+
+REPORT_FILE = "report.json"
+PROGRAM_FILE = "program.pte"
+REPORT_SCHEMA_VERSION = 1
+VERIFY_TIMEOUT_S = 900
+
+Emit = Callable[[str, str], None]
+_events: Any = None  # a multiprocessing queue set by the pool initializer
+
+
+def init_worker(events: Any, threads: int, log_dir: str) -> None:
+    """Pool initializer. The libraries' import-time chatter goes to a log file, not the user's terminal;
+    failures reach the user through the result dicts."""
+    global _events
+    _events = events
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    log = open(Path(log_dir) / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - lives as long as the worker
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _emit(label: str, step: str) -> None:
+    if _events is not None:
+        _events.put((label, step))
+
+
+def build_program(payload: dict[str, Any]) -> dict[str, Any]:
+    """Worker entry point: a plain dict in, a plain dict out (both cross process boundaries)."""
+    unit = UnitPlan.model_validate(payload["unit"])
+    cache = Cache(Path(payload["cache"]))
+    key = unit.program_key
+    label = f"{unit.model}@{unit.target}/{unit.unit}"
+    with cache.lock(key):
+        entry, warning = cache.get(key)  # re-check: another process may have built it meanwhile
+        if entry is not None:
+            return {"key": key, "status": "cached", "warning": warning}
+        staging = cache.tmp_dir()
+        step = "load"
+        try:
+            def emit(lbl: str, s: str) -> None:
+                nonlocal step
+                step = s
+                _emit(lbl, s)
+
+            report = _build(unit, Path(payload["manifest_dir"]), staging, lambda s: emit(label, s))
+            (staging / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True))
+            cache.put(key, staging, unit_id(unit.model, unit.target, unit.unit))
+        except BuildError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            return {"key": key, "status": "failed", "step": step, "error": str(exc), "warning": warning}
+        except Exception as exc:  # model code can raise anything; it is the unit's failure, not ours
+            shutil.rmtree(staging, ignore_errors=True)
+            return {"key": key, "status": "failed", "step": step,
+                    "error": f"{type(exc).__name__}: {str(exc)[:500]}", "warning": warning}
+    return {"key": key, "status": "built", "warning": warning}
+
+
+def _flatten(value: Any) -> list[Any]:
+    import torch.utils._pytree as pytree
+
+    return [v for v in pytree.tree_leaves(value)]
+
+
+def _build(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[str], None]) -> dict[str, Any]:
+    import torch
+
+    from deployc.graph.export import export_model
+    from deployc.graph.inputs import export_point, make_inputs
+    from deployc.graph.lower import lower_program, program_facts
+    from deployc.graph.model import load_model
+    from deployc.graph.quantize import pt2e_quantize, torchao_quantize
+
+    load, export, quant, lower = (unit.step_of(s) for s in ("load", "export", "quantize", "lower"))
+    verify = unit.step_of("verify")
+    durations: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        durations[name] = round(now - clock, 3)
+        clock = now
+
+    step("load")
+    model = load_model(load, manifest_dir)
+    example = make_inputs(export.inputs, export_point(export.dims), export.seed)
+    points = [make_inputs(export.inputs, p, export.seed + 1 + i) for i, p in enumerate(verify.points)]
+    with torch.no_grad():
+        references = [[t.detach().clone() for t in _flatten(model(*p))] for p in points]
+    lap("load")
+
+    recipe = quant.recipe
+    step("quantize" if recipe.method == "torchao" else "export")
+    if recipe.method == "torchao":
+        model = torchao_quantize(model, recipe)
+        lap("quantize")
+        step("export")
+    ep = export_model(model, example, export)
+    lap("export")
+    if recipe.method == "pt2e":
+        step("quantize")
+        calibration = [make_inputs(export.inputs, export_point(export.dims), (recipe.calibration_seed or 0) + 1000 + j)
+                       for j in range(recipe.calibration_samples or 1)]
+        ep = pt2e_quantize(ep, lower.backend, recipe, calibration, lambda m: export_model(m, example, export))
+        lap("quantize")
+
+    step("lower")
+    edge, program = lower_program(ep, lower, recipe.scheme)
+    facts = program_facts(edge, program)
+    lap("lower")
+    step("serialize")
+    pte = staging / PROGRAM_FILE
+    pte.write_bytes(program.buffer)
+    lap("serialize")
+
+    outputs = _output_shapes(references)
+    if verify.run:
+        step("verify")
+        verification = _verify(pte, points, references, verify.points)
+        lap("verify")
+    else:
+        verification = {"status": "not-run", "reason": verify.reason}
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "program_key": unit.program_key,
+        "backend": unit.backend,
+        "quantization": unit.quantization,
+        "size_bytes": pte.stat().st_size,
+        "inputs": [i.model_dump(mode="json") for i in export.inputs],
+        "dims": [d.model_dump(mode="json") for d in export.dims],
+        "outputs": outputs,
+        **facts,
+        "verification": verification,
+        "durations_s": durations,
+    }
+
+
+def _output_shapes(references: list[list[Any]]) -> list[dict[str, Any]]:
+    """Per output: dtype and shape; a size that varies across the checked points becomes {min, max}."""
+    out = []
+    for i, first in enumerate(references[0]):
+        sizes = [list(p[i].shape) for p in references]
+        shape: list[Any] = []
+        for axis in range(len(sizes[0])):
+            values = {s[axis] for s in sizes}
+            shape.append(values.pop() if len(values) == 1 else {"min": min(s[axis] for s in sizes),
+                                                                  "max": max(s[axis] for s in sizes)})
+        out.append({"name": f"output_{i}", "dtype": str(first.dtype).removeprefix("torch."), "shape": shape})
+    return out
+
+
+def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]],
+            sizes: list[dict[str, int]]) -> dict[str, Any]:
+    import torch
+
+    from deployc.graph.metrics import compare, summarize
+
+    with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
+        inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
+        torch.save(points, inputs_path)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "deployc.runtime.verify_worker", str(pte), str(inputs_path),
+                                   str(outputs_path)], capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"status": "error", "reason": f"the runtime did not finish within {VERIFY_TIMEOUT_S} s"}
+        if proc.returncode != 0:
+            tail = " | ".join(line for line in proc.stderr.strip().splitlines()[-3:])
+            how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+            return {"status": "error", "reason": f"executorch.runtime crashed ({how}): {tail[:400]}"}
+        result = torch.load(outputs_path, weights_only=True)
+    measured = []
+    for size, ref, got in zip(sizes, references, result["outputs"]):
+        if len(ref) != len(got):
+            return {"status": "error", "reason": f"program returned {len(got)} outputs, eager {len(ref)}"}
+        try:
+            metrics = [compare(r.float().numpy(), g.float().numpy()) for r, g in zip(ref, got)]
+        except ValueError as exc:
+            return {"status": "error", "reason": f"at {size}: {exc}"}
+        measured.append({"dims": size, "outputs": metrics})
+    return {"status": "measured", "points": measured, "summary": summarize(measured),
+            "latency_ms": round(result["latency_ms"], 4), "load_s": round(result["load_s"], 4)}
