@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import pytest
 from deployc.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @dataclass
@@ -46,6 +48,58 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def run_subprocess(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                    timeout: float = 600) -> Result:
+    env = {**os.environ, **(env or {})}
+    env.pop("QNN_SDK_ROOT", None)
+    env.pop("DEPLOYC_TARGETS_PATH", None)
     proc = subprocess.run([sys.executable, "-m", "deployc", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@dataclass
+class Built:
+    folder: Path
+    manifest: Path
+    out: Path
+    cache: Path
+    report: dict
+    result: Result
+
+    def unit(self, model: str, target: str) -> dict:
+        return next(u for u in self.report["units"] if u["model"] == model and u["target"] == target)
+
+    def bundle(self, target: str) -> Path:
+        return self.out / "suite" / "1.0.0" / target
+
+
+def make_project(folder: Path, manifest_text: str, name: str = "suite.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "targets").exists():
+        shutil.copytree(REPO / "targets", folder / "targets")
+        shutil.copytree(REPO / "manifests" / "models", folder / "models",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copyfile(REPO / "tests" / "fixtures" / "testnets.py", folder / "models" / "testnets.py")
+    path = folder / name
+    path.write_text(manifest_text)
+    return path
+
+
+def build_json(manifest: Path, out: Path, cache: Path, *extra: str) -> tuple[Result, dict]:
+    import json
+
+    r = run_subprocess("build", str(manifest), "--out", str(out), "--cache-dir", str(cache), "--json", *extra,
+                       cwd=manifest.parent)
+    return r, json.loads(r.out) if r.out.strip() else {}
+
+
+@pytest.fixture(scope="session")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The shared build: every backend path that builds here, real export/lower/verify. Built once."""
+    from build_suite import SUITE
+
+    folder = tmp_path_factory.mktemp("suite")
+    manifest = make_project(folder / "project", SUITE)
+    out, cache = folder / "dist", folder / "cache"
+    result, report = build_json(manifest, out, cache, "--jobs", "2")
+    assert result.code == 0, result.err[-3000:]
+    return Built(folder / "project", manifest, out, cache, report, result)

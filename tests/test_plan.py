@@ -19,7 +19,7 @@ from deployc.toolchain import BackendStatus, Toolchain, detect
 
 REPO = Path(__file__).resolve().parent.parent
 VERSIONS = {"python": "3.11.7", "deployc": "0.1.0", "torch": "2.13.0+cpu", "executorch": "1.5.1",
-            "torchao": "0.18.0", "flatbuffers": "25.12.19", "numpy": "2.4.6"}
+            "torchao": "0.18.0", "flatbuffers": "25.2.10", "numpy": "2.4.6"}
 
 
 def toolchain(qnn: bool = False, **versions: str) -> Toolchain:

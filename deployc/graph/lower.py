@@ -28,36 +28,44 @@ def _partitioners(step: Lower, scheme: str) -> list[Any]:
     raise BuildError(f"backend {step.backend} cannot be lowered on this machine")
 
 
-def lower_program(ep: torch.export.ExportedProgram, step: Lower, scheme: str) -> tuple[Any, Any]:
-    """(edge manager after partitioning, executorch program manager)."""
+def lower_program(ep: torch.export.ExportedProgram, step: Lower, scheme: str) -> tuple[dict[str, Any], Any]:
+    """(facts about the partitioned graph, executorch program manager)."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     if step.backend == "cortex_m":
         return _lower_cortex_m(ep, step)
     try:
         edge = to_edge_transform_and_lower(ep, partitioner=_partitioners(step, scheme))
+        facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         program = edge.to_executorch(ExecutorchBackendConfig())
     except BuildError:
         raise
     except Exception as exc:
         raise BuildError(f"lowering for {step.backend} failed: {type(exc).__name__}: {str(exc)[:400]}") from exc
-    return edge, program
+    return facts, program
 
 
 def _lower_cortex_m(ep: torch.export.ExportedProgram, step: Lower) -> tuple[Any, Any]:
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
     from executorch.exir import ExecutorchBackendConfig, to_edge
 
+    cpu_name = str(step.options.get("cpu", "cortex-m55")).lower().replace("cortex-", "").replace("+", "PLUS").upper()
+    if cpu_name not in CortexM.__members__:
+        raise BuildError(f"unit option cpu: {step.options.get('cpu')!r} is not a Cortex-M core; "
+                         f"choose one of {', '.join('cortex-' + n.lower() for n in CortexM.__members__)}")
     try:
         edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
-        transformed = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list).transform()
+        transformed = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
+                                         target_config=CortexMTargetConfig(cpu=CortexM[cpu_name])).transform()
         # executorch 1.5.1 has no public setter for a transformed method (measured; see executorch-notes.md).
         edge._edge_programs["forward"] = transformed
+        facts = graph_facts(edge)
         program = edge.to_executorch(ExecutorchBackendConfig())
     except Exception as exc:
         raise BuildError(f"lowering for cortex_m failed: {type(exc).__name__}: {str(exc)[:400]}") from exc
-    return edge, program
+    return facts, program
 
 
 def _op_name(target: Any) -> str:
@@ -65,8 +73,8 @@ def _op_name(target: Any) -> str:
     return str(name).split(":")[0].replace("<EdgeOpOverload: ", "").strip(">")
 
 
-def program_facts(edge: Any, program: Any) -> dict[str, Any]:
-    """Delegation share, non-delegated ops, operators to register, planned memory per method."""
+def graph_facts(edge: Any) -> dict[str, Any]:
+    """Delegates per backend, the share of operators delegated, and the operators left outside."""
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
     gm = edge.exported_program().graph_module
@@ -79,6 +87,17 @@ def program_facts(edge: Any, program: Any) -> dict[str, Any]:
     outside = [_op_name(n.target) for n in gm.graph.nodes
                if n.op == "call_function" and _op_name(n.target) not in ("executorch_call_delegate", "getitem")]
     total = delegated_ops + len(outside)
+    return {
+        "delegates": dict(sorted(delegated.items())),
+        "delegated_ops": delegated_ops,
+        "total_ops": total,
+        "delegated_share": round(delegated_ops / total, 4) if total else 0.0,
+        "non_delegated_ops": sorted(set(outside)),
+    }
+
+
+def program_facts(program: Any) -> dict[str, Any]:
+    """Per method: planned memory, the operators a runtime must register, delegate ids."""
     methods = {}
     for plan in program.executorch_program.execution_plan:
         methods[plan.name] = {
@@ -86,11 +105,4 @@ def program_facts(edge: Any, program: Any) -> dict[str, Any]:
             "operators": sorted({f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators}),
             "delegates": sorted(d.id for d in plan.delegates),
         }
-    return {
-        "delegates": dict(sorted(delegated.items())),
-        "delegated_ops": delegated_ops,
-        "total_ops": total,
-        "delegated_share": round(delegated_ops / total, 4) if total else 0.0,
-        "non_delegated_ops": sorted(set(outside)),
-        "methods": methods,
-    }
+    return {"methods": methods}

@@ -133,8 +133,8 @@ def _build(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[st
         lap("quantize")
 
     step("lower")
-    edge, program = lower_program(ep, lower, recipe.scheme)
-    facts = program_facts(edge, program)
+    facts, program = lower_program(ep, lower, recipe.scheme)
+    facts.update(program_facts(program))
     lap("lower")
     step("serialize")
     pte = staging / PROGRAM_FILE

@@ -47,17 +47,20 @@ class _Module(_Schemes):
     """A backend whose ahead-of-time toolchain ships in the executorch wheel."""
 
     name: str
-    module: str
+    modules: tuple[str, ...]  # all must be importable for the ahead-of-time path to work
     host_runnable: bool
     static_shapes_only: bool = False
     not_run_reason: str = ""
 
     def available(self, env: Mapping[str, str]) -> Availability:
-        try:
-            found = importlib.util.find_spec(self.module) is not None
-        except (ImportError, ValueError):
-            found = False
-        return Availability(True) if found else Availability(False, f"module {self.module} is not installed")
+        for module in self.modules:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                return Availability(False, f"Python module {module} is not installed")
+        return Availability(True)
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,13 @@ class _Qnn(_Schemes):
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        _Module("xnnpack", "executorch.backends.xnnpack", host_runnable=True),
-        _Module("vulkan", "executorch.backends.vulkan", host_runnable=False,
+        _Module("xnnpack", ("executorch.backends.xnnpack",), host_runnable=True),
+        _Module("vulkan", ("executorch.backends.vulkan",), host_runnable=False,
                 not_run_reason="Vulkan programs need a GPU with the Vulkan delegate; this host's runtime has none"),
-        _Module("cortex_m", "executorch.backends.cortex_m", host_runnable=False,
+        _Module("cortex_m", ("executorch.backends.cortex_m", "tosa_serializer"), host_runnable=False,
                 static_shapes_only=True,
                 not_run_reason="Cortex-M kernels are not registered in this host's runtime"),
-        _Module("portable", "executorch.exir", host_runnable=True),
+        _Module("portable", ("executorch.exir",), host_runnable=True),
         _Qnn("qnn"),
     )
 }

@@ -1,0 +1,219 @@
+"""The build engine, through the real CLI: torch.export -> quantize -> lower -> .pte -> executorch.runtime.
+
+The suite manifest (tests/build_suite.py) is built once per session; see conftest.py `suite`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Built, build_json, make_project
+from deployc.fingerprint import file_sha256
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_unit_built_and_both_bundles_written(suite: Built) -> None:
+    statuses = {(u["model"], u["target"]): (u["unit"], u["backend"], u["status"]) for u in suite.report["units"]}
+    assert statuses == {
+        ("mlp_fp32", "snapdragon"): ("cpu", "xnnpack", "built"),
+        ("mlp_fp32", "arduino_q"): ("cpu", "xnnpack", "built"),
+        ("mlp_8da8w", "snapdragon"): ("cpu", "xnnpack", "built"),
+        ("mlp_8da8w", "arduino_q"): ("cpu", "xnnpack", "built"),
+        ("conv_w8a8", "snapdragon"): ("cpu", "xnnpack", "built"),
+        ("conv_w8a8", "arduino_q"): ("cpu", "xnnpack", "built"),
+        ("encoder_8da4w", "snapdragon"): ("cpu", "xnnpack", "built"),
+        ("encoder_8da4w", "arduino_q"): ("cpu", "xnnpack", "built"),
+        ("tiny", "snapdragon"): ("gpu", "vulkan", "built"),
+        ("tiny", "arduino_q"): ("mcu", "cortex_m", "built"),
+    }
+    assert suite.report["ok"] and set(suite.report["bundles"]) == {"snapdragon", "arduino_q"}
+    # A program shared by two targets is built once: 6 distinct programs in the cache for 10 units.
+    entries = list((suite.cache / "programs").glob("*/*/entry.json"))
+    assert len(entries) == 6
+
+
+def test_fp32_matches_eager_at_min_mid_max(suite: Built) -> None:
+    v = suite.unit("mlp_fp32", "arduino_q")["verification"]
+    assert v["status"] == "passed"
+    assert [p["dims"] for p in v["points"]] == [{"batch": 1}, {"batch": 2}, {"batch": 4}]
+    assert v["metrics"]["min_cosine"] > 0.99999 and v["metrics"]["min_sqnr_db"] > 100
+    assert v["metrics"]["max_abs"] < 1e-5
+    assert v["tolerance"] == {"min_cosine": 0.9999, "min_sqnr_db": 60.0, "max_abs": None}
+
+
+def test_8da8w_is_quantized_and_within_tolerance(suite: Built) -> None:
+    u = suite.unit("mlp_8da8w", "snapdragon")
+    m = u["verification"]["metrics"]
+    assert u["verification"]["status"] == "passed"
+    assert 0.999 < m["min_cosine"] < 1.0 and 25 < m["min_sqnr_db"] < 60  # quantized: close, not exact
+    assert u["size_bytes"] < 150_000  # fp32 weights of this MLP alone are 349 KB
+    assert u["delegated_share"] == 1.0 and u["delegates"] == {"XnnpackBackend": 1}
+    assert u["planned_memory_bytes"]["forward"] > 0
+
+
+def test_w8a8_conv_folds_batch_norm_and_calibrates(suite: Built) -> None:
+    u = suite.unit("conv_w8a8", "arduino_q")
+    assert u["verification"]["status"] == "passed"
+    assert u["verification"]["metrics"]["min_cosine"] > 0.99
+    assert not any("batch_norm" in op for op in u["non_delegated_ops"])
+    assert "XnnpackBackend" in u["delegates"]
+
+
+def test_8da4w_dynamic_sequence(suite: Built) -> None:
+    u = suite.unit("encoder_8da4w", "arduino_q")
+    v = u["verification"]
+    assert v["status"] == "passed" and v["metrics"]["min_cosine"] >= 0.98
+    assert [p["dims"] for p in v["points"]] == [{"seq": 4}, {"seq": 18}, {"seq": 32}]
+    assert 0 < u["delegated_share"] < 1 and "aten.embedding.default" in u["non_delegated_ops"]
+
+
+def test_vulkan_program_has_vulkan_delegates_and_is_not_run(suite: Built) -> None:
+    u = suite.unit("tiny", "snapdragon")
+    assert u["delegates"] == {"VulkanBackend": 1}
+    assert u["verification"]["status"] == "not-run"
+    assert u["verification"]["reason"].startswith("not run on this host: Vulkan")
+
+
+def test_cortex_m_program_is_static_int8_within_mcu_budgets(suite: Built) -> None:
+    u = suite.unit("tiny", "arduino_q")
+    assert u["verification"]["status"] == "not-run"
+    assert "Cortex-M kernels" in u["verification"]["reason"]
+    config = json.loads((suite.bundle("arduino_q") / "runtime.json").read_text())
+    tiny = next(p for p in config["programs"] if p["name"] == "tiny")
+    ops = tiny["methods"]["forward"]["operators"]
+    assert "cortex_m::quantized_linear.out" in ops and not tiny["methods"]["forward"]["delegates"]
+    assert tiny["methods"]["forward"]["planned_memory_bytes"] <= 512 * 1024
+    assert tiny["size_bytes"] <= int(1.5 * 2**20)
+
+
+def test_bundle_contents_match_lock_and_runtime_config(suite: Built) -> None:
+    bundle = suite.bundle("snapdragon")
+    lock = json.loads((bundle / "bundle.lock.json").read_text())
+    on_disk = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
+    assert on_disk == set(lock["files"]) | {"bundle.lock.json"}
+    for name, info in lock["files"].items():
+        assert file_sha256(bundle / name) == info["sha256"] and (bundle / name).stat().st_size == info["size"]
+    assert lock["tools"]["executorch"] == "1.5.1" and lock["tools"]["flatbuffers"]
+    config = json.loads((bundle / "runtime.json").read_text())
+    assert config["bundle"] == {"name": "suite", "version": "1.0.0", "target": "snapdragon", "profile": "snapdragon"}
+    enc = next(p for p in config["programs"] if p["name"] == "encoder_8da4w")
+    assert enc["threads"] == 4 and enc["warmup"] == 1 and enc["backends"] == ["XnnpackBackend"]
+    assert enc["methods"]["forward"]["inputs"] == [
+        {"name": "tokens", "dtype": "int64", "shape": [1, "seq"], "dynamic": {"seq": {"min": 4, "max": 32}}}]
+    assert enc["methods"]["forward"]["outputs"] == [{"name": "output_0", "dtype": "float32", "shape": [1, 64]}]
+    assert "aten::embedding.out" in enc["methods"]["forward"]["operators"]
+
+
+def test_archive_is_deterministic_and_normalized(suite: Built) -> None:
+    archive = suite.out / "suite" / "1.0.0" / "suite-1.0.0-arduino_q.tar.gz"
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names) and all(n.startswith("arduino_q/") for n in names)
+    assert {(m.mtime, m.uid, m.gid, m.mode) for m in members} == {(0, 0, 0, 0o644)}
+    assert archive.read_bytes()[4:8] == b"\x00\x00\x00\x00"  # gzip header carries no timestamp
+
+
+def test_noop_rebuild_hits_the_cache_without_importing_torch(suite: Built) -> None:
+    code = ("import sys; from deployc.cli import main;"
+            f"rc = main(['build', 'suite.yaml', '--out', {str(suite.out)!r}, '--cache-dir', {str(suite.cache)!r},"
+            " '--json']); print('TORCH', 'torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=suite.folder, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "TORCH False" in proc.stderr
+    report = json.loads(proc.stdout)
+    assert {u["status"] for u in report["units"]} == {"cached"}
+
+
+def test_rebuilds_only_what_changed_and_recovers_corrupt_entries(suite: Built, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(suite.cache, cache)
+    project = tmp_path / "project"
+    shutil.copytree(suite.folder, project)
+    manifest = project / "suite.yaml"
+    manifest.write_text(manifest.read_text().replace("kwargs: {features: 16, hidden: 32, classes: 4}}\n    inputs:\n"
+                                                     "      x: {shape: [batch, 16]",
+                                                     "kwargs: {features: 16, hidden: 48, classes: 4}}\n    inputs:\n"
+                                                     "      x: {shape: [batch, 16]", 1))
+    key = suite.unit("mlp_8da8w", "arduino_q")["program_key"]
+    pte = cache / "programs" / key[:2] / key / "program.pte"
+    data = bytearray(pte.read_bytes())
+    data[100] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    result, report = build_json(manifest, tmp_path / "dist", cache, "--target", "arduino_q")
+    assert result.code == 0, result.err[-2000:]
+    statuses = {u["model"]: u["status"] for u in report["units"]}
+    assert statuses == {"mlp_fp32": "built", "mlp_8da8w": "built", "conv_w8a8": "cached",
+                        "encoder_8da4w": "cached", "tiny": "cached"}
+    assert f"cache entry {key[:12]} is corrupt (program.pte does not match its sha256); rebuilding" in result.err
+    rebuilt = next(u for u in report["units"] if u["model"] == "mlp_8da8w")
+    assert file_sha256(Path(rebuilt["pte"])) == file_sha256(suite.bundle("arduino_q") / "mlp_8da8w.pte")
+
+
+FAILING = """\
+apiVersion: deployc/v1
+name: failing
+version: 0.1.0
+targets: [tiny_board]
+models:
+  branchy:
+    source: {factory: "models.testnets:branchy"}
+    inputs:
+      x: {shape: [2, 8]}
+  big:
+    source: {factory: "models.small:mlp"}
+    inputs:
+      x: {shape: [1, 64]}
+  fine:
+    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 8, classes: 2}}
+    inputs:
+      x: {shape: [1, 8]}
+"""
+
+TINY_BOARD = """\
+apiVersion: deployc/v1
+name: tiny_board
+device: {soc: X, os: linux, abi: arm64-v8a}
+units:
+  - {name: cpu, backend: xnnpack, quantization: [fp32], budgets: {storage: 64KiB}}
+"""
+
+
+def test_failures_are_reported_per_unit_while_others_build(tmp_path: Path) -> None:
+    manifest = make_project(tmp_path / "project", FAILING, "failing.yaml")
+    (tmp_path / "project" / "targets" / "tiny_board.yaml").write_text(TINY_BOARD)
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    assert result.code == 1
+    assert "Traceback" not in result.err
+    units = {u["model"]: u for u in report["units"]}
+    assert units["fine"]["status"] == "built" and units["fine"]["verification"]["status"] == "passed"
+    assert units["branchy"]["status"] == "failed" and units["branchy"]["failure"]["step"] == "export"
+    error = units["branchy"]["failure"]["error"]
+    assert error.startswith("torch.export failed:") and "hint: the model branches on tensor values" in error
+    big = units["big"]
+    assert big["status"] == "failed" and big["failure"]["step"] == "budget"
+    size = big["size_bytes"]
+    assert big["failure"]["error"] == (f"program size {size / 1024:.2f} KiB ({size} B) exceeds the storage budget "
+                                       f"64.00 KiB (65536 B) of unit 'cpu' on target 'tiny_board'")
+    assert report["bundles"] == {} and report["bundles_not_written"] == {"tiny_board": "2 unit(s) failed: branchy, big"}
+    assert not (tmp_path / "dist" / "failing" / "0.1.0" / "tiny_board").exists()
+
+
+def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
+    import torch
+
+    from deployc.graph.program_builder import _verify
+
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(b"\x00" * 64)
+    x = [torch.ones(1, 4)]
+    result = _verify(broken, [x], [[torch.ones(1, 4)]], [{}])
+    assert result["status"] == "error" and result["reason"].startswith("executorch.runtime crashed (exit code 1)")
