@@ -89,6 +89,9 @@ def build_cmd(
     jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core)")] = 0,
     cache_dir: CacheOpt = None,
     json_out: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing release with other content")] = False,
+    check_reproducible: Annotated[bool, typer.Option(
+        "--check-reproducible", help="build again in a fresh process with an empty cache and compare bytes")] = False,
 ) -> None:
     """Build, verify and package bundles (default out dir dist/)."""
     from deployc.build import BuildReport, build
@@ -112,14 +115,27 @@ def build_cmd(
         if failed:
             not_written[t.target] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
-        bundles[t.target] = write_bundle(build_plan, t, units, project, out)
+        bundles[t.target] = write_bundle(build_plan, t, units, project, out, force)
     report = BuildReport(list(results.values()), bundles, not_written)
+    differences: list[str] | None = None
+    if check_reproducible and not report.failed:
+        from deployc.reproducibility import rebuild_and_compare
+
+        console.status("checking reproducibility: a second build in a fresh process with an empty cache")
+        differences = rebuild_and_compare(manifest, target, bundles)
     if json_out:
-        console.document(report.to_json())
+        console.document({**report.to_json(), **({"reproducible": not differences, "differences": differences}
+                                                 if differences is not None else {})})
     else:
         _print_build(console, report)
+        if differences is not None:
+            console.result("reproducible: byte-identical" if not differences else "NOT reproducible:")
+            for line in differences:
+                console.result(f"  {line}")
     if report.failed:
         raise BuildError(f"{len(report.failed)} of {len(report.units)} unit(s) failed")
+    if differences:
+        raise BuildError(f"the second build differs in {len(differences)} file(s)")
 
 
 def _print_build(console: Console, report: BuildReport) -> None:
@@ -151,6 +167,105 @@ def _print_build(console: Console, report: BuildReport) -> None:
         console.result(f"bundle {t}: {b['dir']}  ({b['archive']})")
     for t, why in report.skipped_bundles.items():
         console.result(f"no bundle for {t}: {why}")
+
+
+@app.command()
+def inspect(path: Path, json_out: JsonOpt = False) -> None:
+    """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
+    import tempfile
+
+    from deployc.errors import BuildError
+    from deployc.packaging.inspection import describe_bundle, describe_pte, open_bundle, verify_bundle
+    from deployc.schema_base import format_size
+
+    console = Console(json_mode=json_out)
+    if not path.exists():
+        raise UserError.at(path, "no such file or directory")
+    if path.is_file() and path.suffix == ".pte":
+        info = describe_pte(path)
+        if json_out:
+            console.document(info)
+            return
+        console.result(f"{path}: ExecuTorch program, {format_size(info['size_bytes'])}, constants "
+                       f"{format_size(info['constant_bytes'])}, delegate segments {format_size(info['segment_bytes'])}")
+        for m in info["methods"]:
+            console.result(f"  {m['name']}: {m['inputs']} input(s), {m['outputs']} output(s), planned memory "
+                           f"{format_size(m['planned_memory_bytes'])}, delegates {', '.join(m['delegates']) or '-'}")
+            console.result(f"    operators: {', '.join(m['operators']) or '-'}")
+        return
+    with tempfile.TemporaryDirectory(prefix="deployc-inspect-") as scratch_dir:
+        scratch = tempfile.TemporaryDirectory(dir=scratch_dir)
+        folder = open_bundle(path, scratch)
+        problems = verify_bundle(folder)
+        info = describe_bundle(folder) if not any("lock" in p for p in problems) else {"path": str(path)}
+        info["verified"] = not problems
+        info["problems"] = problems
+        info["path"] = str(path)
+        if json_out:
+            console.document(info)
+        else:
+            _print_inspect(console, info)
+    if problems:
+        raise BuildError(f"{path}: {len(problems)} mismatch(es) against bundle.lock.json")
+
+
+def _print_inspect(console: Console, info: dict) -> None:
+    from deployc.schema_base import format_size
+
+    if "bundle" in info:
+        b = info["bundle"]
+        console.result(f"{info['path']}: {b['name']} {b['version']} for {b['target']} "
+                       f"({info['device'].get('soc', '?')}), {format_size(info['total_bytes'])}")
+        table = Table("program", "unit", "backend", "quant", "size", "method", "inputs", "outputs", "planned mem",
+                      "delegates", "verification")
+        for p in info["programs"]:
+            v = p["verification"]
+            vtext = v["status"] + (f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else "")
+            for m in p["methods"]:
+                shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
+                    str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
+                    for d in t["shape"]) + "]"
+                table.add_row(p["name"], p["unit"], p["backend"], p["quantization"], format_size(p["size_bytes"]),
+                              m["name"], " ".join(shape(t) for t in m["inputs"]),
+                              " ".join(shape(t) for t in m["outputs"]), format_size(m["planned_memory_bytes"]),
+                              ", ".join(m["delegates"]) or "-", vtext)
+        console.table(table)
+        for p in info["programs"]:
+            for m in p["methods"]:
+                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators'])}")
+    console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
+    for problem in info["problems"]:
+        console.result(f"  {problem}")
+
+
+@app.command()
+def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
+    """What changed between two bundles (directories or archives)."""
+    import tempfile
+
+    from deployc.packaging.bundle_diff import diff_bundles
+    from deployc.packaging.inspection import open_bundle
+
+    console = Console(json_mode=json_out)
+    for p in (a, b):
+        if not p.exists():
+            raise UserError.at(p, "no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="deployc-diff-") as scratch_dir:
+        fa = open_bundle(a, tempfile.TemporaryDirectory(dir=scratch_dir))
+        fb = open_bundle(b, tempfile.TemporaryDirectory(dir=scratch_dir))
+        result = diff_bundles(fa, fb)
+    result["a"], result["b"] = str(a), str(b)
+    if json_out:
+        console.document(result)
+        return
+    if result["identical"]:
+        console.result("identical")
+        return
+    for f in result["files"]:
+        console.result(f"{f['change']:>8}  {f['file']}  {f['size_a']} -> {f['size_b']}")
+    for p in result["programs"]:
+        for k, (va, vb) in p["changes"].items():
+            console.result(f"  {p['program']}.{k}: {va} -> {vb}")
 
 
 @targets_app.command("list")

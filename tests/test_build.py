@@ -88,9 +88,9 @@ def test_cortex_m_program_is_static_int8_within_mcu_budgets(suite: Built) -> Non
     assert "Cortex-M kernels" in u["verification"]["reason"]
     config = json.loads((suite.bundle("arduino_q") / "runtime.json").read_text())
     tiny = next(p for p in config["programs"] if p["name"] == "tiny")
-    ops = tiny["methods"]["forward"]["operators"]
-    assert "cortex_m::quantized_linear.out" in ops and not tiny["methods"]["forward"]["delegates"]
-    assert tiny["methods"]["forward"]["planned_memory_bytes"] <= 512 * 1024
+    (forward,) = tiny["methods"]
+    assert "cortex_m::quantized_linear.out" in forward["operators"] and not forward["delegates"]
+    assert forward["planned_memory_bytes"] <= 512 * 1024
     assert tiny["size_bytes"] <= int(1.5 * 2**20)
 
 
@@ -105,11 +105,13 @@ def test_bundle_contents_match_lock_and_runtime_config(suite: Built) -> None:
     config = json.loads((bundle / "runtime.json").read_text())
     assert config["bundle"] == {"name": "suite", "version": "1.0.0", "target": "snapdragon", "profile": "snapdragon"}
     enc = next(p for p in config["programs"] if p["name"] == "encoder_8da4w")
-    assert enc["threads"] == 4 and enc["warmup"] == 1 and enc["backends"] == ["XnnpackBackend"]
-    assert enc["methods"]["forward"]["inputs"] == [
-        {"name": "tokens", "dtype": "int64", "shape": [1, "seq"], "dynamic": {"seq": {"min": 4, "max": 32}}}]
-    assert enc["methods"]["forward"]["outputs"] == [{"name": "output_0", "dtype": "float32", "shape": [1, 64]}]
-    assert "aten::embedding.out" in enc["methods"]["forward"]["operators"]
+    assert enc["threads"] == 4 and enc["warmup"] == 1 and enc["backend"] == "xnnpack"
+    (forward,) = enc["methods"]
+    assert forward["inputs"] == [{"name": "tokens", "dtype": "int64", "shape": [
+        {"value": 1, "min": 1, "max": 1}, {"value": -1, "symbol": "seq", "min": 4, "max": 32}]}]
+    assert forward["outputs"] == [{"name": "output_0", "dtype": "float32", "shape": [
+        {"value": 1, "min": 1, "max": 1}, {"value": 64, "min": 64, "max": 64}]}]
+    assert "aten::embedding.out" in forward["operators"] and forward["delegates"] == ["XnnpackBackend"]
 
 
 def test_archive_is_deterministic_and_normalized(suite: Built) -> None:
@@ -210,10 +212,10 @@ def test_failures_are_reported_per_unit_while_others_build(tmp_path: Path) -> No
 def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
     import torch
 
-    from deployc.graph.program_builder import _verify
+    from deployc.graph.program_builder import _start_verifier, _verify
 
     broken = tmp_path / "broken.pte"
     broken.write_bytes(b"\x00" * 64)
     x = [torch.ones(1, 4)]
-    result = _verify(broken, [x], [[torch.ones(1, 4)]], [{}])
+    result = _verify(broken, [x], [[torch.ones(1, 4)]], [{}], _start_verifier())
     assert result["status"] == "error" and result["reason"].startswith("executorch.runtime crashed (exit code 1)")

@@ -103,6 +103,6 @@ def program_facts(program: Any) -> dict[str, Any]:
         methods[plan.name] = {
             "planned_memory_bytes": int(sum(plan.non_const_buffer_sizes)),
             "operators": sorted({f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators}),
-            "delegates": sorted(d.id for d in plan.delegates),
+            "delegates": sorted({d.id for d in plan.delegates}),
         }
     return {"methods": methods}

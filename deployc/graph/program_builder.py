@@ -21,6 +21,7 @@ from typing import Any
 
 from deployc.cache import Cache, unit_id
 from deployc.errors import BuildError
+from deployc.faults import fault_point
 from deployc.plan import UnitPlan
 
 REPORT_FILE = "report.json"
@@ -72,6 +73,7 @@ def build_program(payload: dict[str, Any]) -> dict[str, Any]:
 
             report = _build(unit, Path(payload["manifest_dir"]), staging, lambda s: emit(label, s))
             (staging / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True))
+            fault_point("cache-write")
             cache.put(key, staging, unit_id(unit.model, unit.target, unit.unit))
         except BuildError as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -90,6 +92,24 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def _build(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[str], None]) -> dict[str, Any]:
+    verify = unit.step_of("verify")
+    # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
+    verifier = _start_verifier() if verify.run else None
+    try:
+        return _build_steps(unit, manifest_dir, staging, step, verifier)
+    finally:
+        if verifier is not None and verifier.poll() is None:
+            verifier.kill()
+            verifier.wait()
+
+
+def _start_verifier() -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "deployc.runtime.verify_worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[str], None],
+                 verifier: subprocess.Popen[str] | None) -> dict[str, Any]:
     import torch
 
     from deployc.graph.export import export_model
@@ -124,6 +144,7 @@ def _build(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[st
         lap("quantize")
         step("export")
     ep = export_model(model, example, export)
+    fault_point("export")
     lap("export")
     if recipe.method == "pt2e":
         step("quantize")
@@ -142,9 +163,9 @@ def _build(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callable[[st
     lap("serialize")
 
     outputs = _output_shapes(references)
-    if verify.run:
+    if verifier is not None:
         step("verify")
-        verification = _verify(pte, points, references, verify.points)
+        verification = _verify(pte, points, references, verify.points, verifier)
         lap("verify")
     else:
         verification = {"status": "not-run", "reason": verify.reason}
@@ -177,8 +198,8 @@ def _output_shapes(references: list[list[Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]],
-            sizes: list[dict[str, int]]) -> dict[str, Any]:
+def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]], sizes: list[dict[str, int]],
+            verifier: subprocess.Popen[str]) -> dict[str, Any]:
     import torch
 
     from deployc.graph.metrics import compare, summarize
@@ -187,13 +208,15 @@ def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]],
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
         torch.save(points, inputs_path)
         try:
-            proc = subprocess.run([sys.executable, "-m", "deployc.runtime.verify_worker", str(pte), str(inputs_path),
-                                   str(outputs_path)], capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
+            _, stderr = verifier.communicate(f"{pte} {inputs_path} {outputs_path}\n", timeout=VERIFY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            verifier.kill()
+            verifier.wait()
             return {"status": "error", "reason": f"the runtime did not finish within {VERIFY_TIMEOUT_S} s"}
-        if proc.returncode != 0:
-            tail = " | ".join(line for line in proc.stderr.strip().splitlines()[-3:])
-            how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        if verifier.returncode != 0:
+            code = verifier.returncode
+            tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             return {"status": "error", "reason": f"executorch.runtime crashed ({how}): {tail[:400]}"}
         result = torch.load(outputs_path, weights_only=True)
     measured = []

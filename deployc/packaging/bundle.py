@@ -14,15 +14,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 import deployc
 from deployc.build import UnitResult
+from deployc.errors import Diagnostic, ManifestError
+from deployc.faults import fault_point
 from deployc.fingerprint import file_sha256
+from deployc.packaging import runtime_config
 from deployc.packaging.archive import write_archive
+from deployc.packaging.runtime_config import normalize
 from deployc.plan import BuildPlan, TargetPlan
 from deployc.project import Project
 
 BUNDLE_SCHEMA_VERSION = 1
 RUNTIME_JSON = "runtime.json"
+RUNTIME_BIN = "runtime.bin"
 LOCK_FILE = "bundle.lock.json"
 
 
@@ -30,37 +37,74 @@ def _dump(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _rounded(metrics: dict[str, float]) -> dict[str, float]:
+def _dim(entry: Any, dims: dict[str, dict[str, int]]) -> dict[str, Any]:
+    if isinstance(entry, int):
+        return {"value": entry, "min": entry, "max": entry}
+    if isinstance(entry, str):
+        return {"value": -1, "symbol": entry, **dims[entry]}
+    return {"value": -1, "min": entry["min"], "max": entry["max"]}  # an output size that varies
+
+
+def _tensors(specs: list[dict[str, Any]], dims: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    return [{"name": t["name"], "dtype": t["dtype"], "shape": [_dim(d, dims) for d in t["shape"]]} for t in specs]
+
+
+def _verification(v: dict[str, Any]) -> dict[str, Any]:
     # Rounded so that last-bit noise in a rebuild cannot change the bundle's bytes.
-    return {k: round(v, 4) for k, v in metrics.items()}
+    m = v.get("metrics", {})
+    return {"status": v["status"], "reason": v.get("reason", ""),
+            "min_cosine": round(m.get("min_cosine", 0.0), 4), "min_sqnr_db": round(m.get("min_sqnr_db", 0.0), 1),
+            "max_abs": float(f"{m.get('max_abs', 0.0):.3g}"),
+            "tolerance_min_cosine": v["tolerance"]["min_cosine"],
+            "tolerance_min_sqnr_db": v["tolerance"]["min_sqnr_db"]}
 
 
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
     rep = r.report
     dims = {d["name"]: {"min": d["min"], "max": d["max"]} for d in rep["dims"]}
-    inputs = [{"name": i["name"], "dtype": i["dtype"], "shape": i["shape"],
-               "dynamic": {s: dims[s] for s in i["shape"] if isinstance(s, str)}} for i in rep["inputs"]]
-    methods = {name: {"inputs": inputs, "outputs": rep["outputs"],
-                      "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
-                      "delegates": m["delegates"]}
-               for name, m in rep["methods"].items()}
-    v = r.verification
+    methods = [{"name": name, "inputs": _tensors(rep["inputs"], dims), "outputs": _tensors(rep["outputs"], dims),
+                "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
+                "delegates": m["delegates"]}
+               for name, m in sorted(rep["methods"].items())]
     return {
         "name": r.unit.model, "file": file, "sha256": sha256, "size_bytes": rep["size_bytes"],
-        "unit": r.unit.unit, "backend": r.unit.backend, "backends": sorted(rep["delegates"]) or ["portable"],
-        "quantization": r.unit.quantization, "threads": r.unit.threads, "warmup": r.unit.warmup,
-        "methods": methods,
-        "verification": {"status": v["status"], "reason": v.get("reason", ""),
-                         "metrics": _rounded(v["metrics"]) if "metrics" in v else {},
-                         "tolerance": v["tolerance"]},
+        "unit": r.unit.unit, "backend": r.unit.backend, "quantization": r.unit.quantization,
+        "threads": r.unit.threads or 0, "warmup": r.unit.warmup, "methods": methods,
+        "verification": _verification(r.verification),
     }
 
 
+def _release_conflict(final: Path, files: dict[str, Any]) -> list[str] | None:
+    """None when `final` is absent or holds exactly these files; else the names that differ."""
+    try:
+        existing = json.loads((final / LOCK_FILE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None if not final.exists() else ["bundle.lock.json"]
+    if existing == files:
+        return []
+    return sorted(n for n in set(existing) | set(files) if existing.get(n) != files.get(n))
+
+
 def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
-                 out_dir: Path) -> dict[str, str]:
+                 out_dir: Path, force: bool = False) -> dict[str, str]:
+    """Write the bundle; an existing release with other content is refused unless `force`."""
     m = plan.manifest
     release = out_dir / m.name / m.version
     release.mkdir(parents=True, exist_ok=True)
+    locks = out_dir / ".deployc-locks"
+    locks.mkdir(exist_ok=True)
+    # One writer per release target at a time; under the lock, temp dirs of killed writers are garbage.
+    with FileLock(str(locks / f"{m.name}-{m.version}-{target.target}.lock")):
+        for stale in release.glob(f".{target.target}.*-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        for stale in release.glob(f"{m.name}-{m.version}-{target.target}.tar.gz.*.tmp"):
+            stale.unlink(missing_ok=True)
+        return _write_locked(plan, target, results, project, release, force)
+
+
+def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
+                  release: Path, force: bool) -> dict[str, str]:
+    m = plan.manifest
     final = release / target.target
     staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.target}.tmp-"))
     try:
@@ -70,12 +114,14 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
             file = f"{r.unit.model}.pte"
             shutil.copyfile(r.program, staging / file)
             programs.append(_program_entry(r, file, file_sha256(staging / file)))
-        config = {
-            "schema_version": BUNDLE_SCHEMA_VERSION, "deployc_version": deployc.__version__,
+        device = {k: v for k, v in target.device.items() if k in ("name", "soc", "os", "abi")}
+        config = normalize({
+            "schema_version": runtime_config.SCHEMA_VERSION, "deployc_version": deployc.__version__,
             "bundle": {"name": m.name, "version": m.version, "target": target.target, "profile": target.profile},
-            "device": target.device, "programs": programs, "pipeline": None,
-        }
+            "device": device, "programs": programs, "assets": [],
+        })
         (staging / RUNTIME_JSON).write_text(_dump(config))
+        (staging / RUNTIME_BIN).write_bytes(runtime_config.encode(config))
         files = {p.relative_to(staging).as_posix(): {"sha256": file_sha256(p), "size": p.stat().st_size}
                  for p in sorted(staging.rglob("*")) if p.is_file()}
         lock = {
@@ -93,8 +139,20 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
             p.chmod(0o755 if p.is_dir() else 0o644)
         staging.chmod(0o755)
         archive = release / f"{m.name}-{m.version}-{target.target}.tar.gz"
-        write_archive(staging, target.target, archive)
-        _replace_dir(staging, final)
+        conflict = _release_conflict(final, files)
+        if conflict and not force:
+            raise ManifestError([Diagnostic(
+                project.doc.locate(("version",)),
+                f"version: release {m.name} {m.version} for {target.target} already exists in {release} with "
+                f"different content ({', '.join(conflict)})",
+                "bump the version, or pass --force to overwrite it")])
+        fault_point("package-staged")
+        if conflict == [] and archive.is_file():
+            shutil.rmtree(staging)  # the same release again: leave the published bytes untouched
+        else:
+            write_archive(staging, target.target, archive)
+            fault_point("package-archived")
+            _replace_dir(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -1,0 +1,31 @@
+"""The ExecuTorch runtime on this host, loaded lean.
+
+`executorch.runtime.Runtime` reaches the C++ runtime through `pybindings.portable_lib`, which imports
+`executorch.exir` (about 6 s here) only to raise an experimental-API warning. Processes that just run
+programs (verification, `deployc run`) load the same C++ extension directly: torch first (the
+extension links libtorch), then `_C`. Same kernels, same backends, same results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _c() -> Any:
+    import torch  # noqa: F401  - loads libtorch for the extension
+
+    from executorch.extension.pybindings import _C
+
+    return _C
+
+
+def load_program(path: Path, data_path: Path | None = None) -> Any:
+    c = _c()
+    return c._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
+                           program_verification=c.Verification.InternalConsistency,
+                           data_path=str(data_path) if data_path else None)
+
+
+def registered_backends() -> list[str]:
+    return list(_c()._get_registered_backend_names())
