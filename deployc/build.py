@@ -124,6 +124,26 @@ def _budget_problems(unit: UnitPlan, report: dict[str, Any]) -> list[str]:
             for k, v in sorted(limits.items()) if usage[k] > v]
 
 
+def _declared_output_problems(unit: UnitPlan, report: dict[str, Any]) -> str | None:
+    """The manifest's `outputs` (when declared) must match what the program returns."""
+    declared = unit.step_of("package").outputs
+    if not declared:
+        return None
+    actual = report["outputs"]
+    if len(actual) != len(declared):
+        return f"the model returns {len(actual)} output(s); the manifest declares {len(declared)}"
+    dims = {d["name"]: d for d in report["dims"]}
+    for d, a in zip(declared, actual):
+        if len(d.shape) != len(a["shape"]) or d.dtype != a["dtype"]:
+            return f"output {d.name}: declared {d.dtype}{d.shape}, the model returns {a['dtype']}{a['shape']}"
+        for want, got in zip(d.shape, a["shape"]):
+            if isinstance(want, int) and want != got:
+                return f"output {d.name}: declared {d.dtype}{d.shape}, the model returns {a['dtype']}{a['shape']}"
+            if isinstance(want, str) and want not in dims:
+                return f"output {d.name}: dim '{want}' is not one of the model's dims"
+    return None
+
+
 def _judge(unit: UnitPlan, result: dict[str, Any], cache: Cache) -> UnitResult:
     if result.get("status") == "failed":
         return UnitResult(unit, "failed", result.get("step"), result.get("error"))
@@ -146,6 +166,9 @@ def _judge(unit: UnitPlan, result: dict[str, Any], cache: Cache) -> UnitResult:
                         "points": measured["points"], "tolerance": tolerance}
         if missed:
             status, step, error = "failed", "verify", "verification against eager PyTorch missed: " + "; ".join(missed)
+    mismatch = _declared_output_problems(unit, report)
+    if mismatch and status != "failed":
+        status, step, error = "failed", "outputs", mismatch
     over = _budget_problems(unit, report)
     if over and status != "failed":
         status, step, error = "failed", "budget", "; ".join(over)

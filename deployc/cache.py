@@ -46,11 +46,15 @@ class Entry:
 
 
 class Cache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kind: str = "programs") -> None:
         self.root = root
+        self.kind = kind  # programs, indexes: separate namespaces sharing locks and temp space
+
+    def of_kind(self, kind: str) -> "Cache":
+        return Cache(self.root, kind)
 
     def _dir(self, key: str) -> Path:
-        return self.root / "programs" / key[:2] / key
+        return self.root / self.kind / key[:2] / key
 
     def _unit_index(self, unit_id: str) -> Path:
         return self.root / "units" / unit_id

@@ -97,6 +97,7 @@ def build_cmd(
     from deployc.build import BuildReport, build
     from deployc.cache import Cache, default_cache_dir
     from deployc.errors import BuildError
+    from deployc.packaging.assets import build_assets
     from deployc.packaging.bundle import write_bundle
     from deployc.plan import make_plan
     from deployc.project import load_project
@@ -115,7 +116,8 @@ def build_cmd(
         if failed:
             not_written[t.target] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
-        bundles[t.target] = write_bundle(build_plan, t, units, project, out, force)
+        assets = build_assets(project, t.target, results, cache, console.status)
+        bundles[t.target] = write_bundle(build_plan, t, units, project, out, force, assets)
     report = BuildReport(list(results.values()), bundles, not_written)
     differences: list[str] | None = None
     if check_reproducible and not report.failed:
@@ -266,6 +268,38 @@ def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
     for p in result["programs"]:
         for k, (va, vb) in p["changes"].items():
             console.result(f"  {p['program']}.{k}: {va} -> {vb}")
+
+
+@app.command()
+def run(
+    bundle: Path,
+    inputs: Annotated[list[str], typer.Option("--input", help="pipeline input NAME=VALUE (repeatable)")] = [],  # noqa: B006
+    json_out: JsonOpt = False,
+) -> None:
+    """Execute a bundle's pipeline on this host, from the bundle alone."""
+    from deployc.runtime.pipeline_runner import Bundle, jsonable
+
+    console = Console(json_mode=json_out)
+    if not (bundle / "runtime.json").is_file():
+        raise UserError.at(bundle, "not a bundle directory (no runtime.json)")
+    values = {}
+    for item in inputs:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError.at(bundle, f"--input {item!r}: expected NAME=VALUE")
+        values[name] = value
+    result = Bundle(bundle).run(values)
+    if json_out:
+        console.document(jsonable(result))
+        return
+    for name, value in result["outputs"].items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "text" in value[0]:
+            console.result(f"{name}:")
+            for c in value:
+                console.result(f"  [{c['score']:.3f}] {c['source']}: {c['text'][:100]}")
+        else:
+            console.result(f"{name}: {value}")
+    console.result("latency: " + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
 
 
 @targets_app.command("list")

@@ -55,6 +55,9 @@ class InputSpec(Frozen):
     range: tuple[float, float] | None = Field(
         default=None, description="[low, high] of generated example and calibration values "
                                   "(integers: both inclusive)")
+    fill: Literal["random", "arange"] = Field(
+        default="random", description="random values within `range`, or 0, 1, 2, ... along the last dim "
+                                      "(positions, e.g. an LLM's input_pos)")
 
     @field_validator("range")
     @classmethod
@@ -104,10 +107,25 @@ class Override(Frozen):
     verify: VerifySpec | None = None
 
 
+class OutputSpec(Frozen):
+    shape: list[Annotated[int, Field(ge=1)] | Identifier]
+    dtype: Dtype = "float32"
+
+
+Constant = int | float | bool | list[int] | list[float]
+
+
 class ModelSpec(Frozen):
     source: Source
+    task: Literal["embedding", "text-generation", "classification", "other"] = Field(
+        default="other", description="what the model does; pipelines check that stages use fitting models")
     inputs: dict[Identifier, InputSpec] = Field(min_length=1, description="named example inputs, in call order")
+    outputs: dict[Identifier, OutputSpec] = Field(
+        default_factory=dict, description="named outputs in return order; required for models used in a pipeline")
     dims: dict[Identifier, DimSpec] = Field(default_factory=dict, description="symbolic (dynamic) dims")
+    constants: dict[Identifier, Constant] = Field(
+        default_factory=dict, description="metadata compiled into the program as constant methods get_<name> "
+                                          "(e.g. vocab_size, max_seq_len, eos_ids)")
     quantization: Quantization = Field(default_factory=lambda: QuantSpec(scheme="fp32"))
     verify: VerifySpec = Field(default_factory=VerifySpec)
     params: Annotated[int, Field(ge=1)] | None = Field(
@@ -119,6 +137,88 @@ class ModelSpec(Frozen):
 ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
+# ---- pipeline: a dataflow graph of model calls and built-in ops (checked in deployc.graph.pipeline) ----
+
+class PipelineInput(Frozen):
+    type: Literal["text"] = "text"
+
+
+class TokenizerAsset(Frozen):
+    """A Hugging Face tokenizer.json: a file next to the manifest, or a file inside an installed package
+    (found without importing the package)."""
+
+    path: str | None = Field(default=None, description="relative to the manifest's folder")
+    package: str | None = Field(default=None, description="installed Python package that ships the file")
+    file: str | None = Field(default=None, description="path of the file inside `package`")
+
+
+class Chunking(Frozen):
+    words: Annotated[int, Field(ge=8, le=2000)] = 80
+    overlap: Annotated[int, Field(ge=0)] = 20
+
+
+class IndexAsset(Frozen):
+    corpus: str = Field(description="glob of UTF-8 text files, relative to the manifest's folder")
+    model: str = Field(description="the embedding model that embeds every chunk (its built program is used)")
+    tokenizer: str = Field(description="tokenizer asset that prepares chunks for `model`")
+    chunking: Chunking = Field(default_factory=Chunking)
+
+
+class _Stage(Frozen):
+    name: Identifier
+
+
+class ModelStage(_Stage):
+    op: Literal["model"]
+    model: str
+    method: str = "forward"
+    inputs: dict[Identifier, str] = Field(description="model input name -> 'stage.port' or a pipeline input")
+
+
+class TokenizeStage(_Stage):
+    op: Literal["tokenize"]
+    tokenizer: str
+    input: str
+    max_length: Annotated[int, Field(ge=2, le=100_000)] = 128
+
+
+class VectorSearchStage(_Stage):
+    op: Literal["vector_search"]
+    index: str
+    query: str
+    top_k: Annotated[int, Field(ge=1, le=1000)] = 3
+
+
+class TemplateStage(_Stage):
+    op: Literal["template"]
+    template: str = Field(description="text with {name} placeholders, one per entry of `inputs`")
+    inputs: dict[Identifier, str] = Field(default_factory=dict)
+
+
+class GenerateStage(_Stage):
+    op: Literal["generate"]
+    model: str
+    tokenizer: str
+    prompt: str
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    temperature: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    seed: int = 0
+    stop: list[str] = Field(default_factory=list, description="stop strings, besides the model's eos_ids")
+
+
+Stage = Annotated[ModelStage | TokenizeStage | VectorSearchStage | TemplateStage | GenerateStage,
+                  Field(discriminator="op")]
+
+
+class Pipeline(Frozen):
+    inputs: dict[Identifier, PipelineInput] = Field(min_length=1)
+    outputs: dict[Identifier, str] = Field(min_length=1, description="name -> 'stage.port'")
+    stages: list[Stage] = Field(min_length=1)
+    tokenizers: dict[Identifier, TokenizerAsset] = Field(default_factory=dict)
+    indexes: dict[Identifier, IndexAsset] = Field(default_factory=dict)
+
+
 class Manifest(Frozen):
     api_version: Literal["deployc/v1"] = Field(alias="apiVersion")
     name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="[a-z0-9-]+")
@@ -126,7 +226,7 @@ class Manifest(Frozen):
     description: str = ""
     targets: list[str] = Field(min_length=1, description="profile names or relative paths to profile files")
     models: dict[ModelName, ModelSpec] = Field(min_length=1)
-    pipeline: dict[str, Any] | None = Field(default=None, description="multi-model composition (reserved)")
+    pipeline: Pipeline | None = Field(default=None, description="multi-model composition, see docs/pipeline.md")
 
     @field_validator("version", mode="before")
     @classmethod

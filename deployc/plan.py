@@ -49,6 +49,13 @@ class InputPlan(_Rec):
     shape: list[int | str]
     dtype: str
     range: tuple[float, float]
+    fill: str = "random"
+
+
+class OutputPlan(_Rec):
+    name: str
+    shape: list[int | str]
+    dtype: str
 
 
 class DimPlan(_Rec):
@@ -88,6 +95,7 @@ class Lower(_Rec):
     backend: str
     partitioners: list[str]
     options: dict[str, Any]
+    constants: dict[str, Any] = {}  # compiled in as constant methods get_<name>
 
 
 class Serialize(_Rec):
@@ -118,6 +126,8 @@ class Package(_Rec):
     step: Literal["package"] = "package"
     key: str = ""
     file: str
+    task: str = "other"
+    outputs: list[OutputPlan] = []  # declared names and shapes; checked against the built program
 
 
 Step = Annotated[Union[LoadModel, Export, Quantize, Lower, Serialize, Verify, CheckBudget, Package],
@@ -249,7 +259,7 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
     spec = r.spec
     ckpt = spec.source.checkpoint
     dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in spec.dims.items()]
-    inputs = [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype,
+    inputs = [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype, fill=i.fill,
                         range=i.range or (DEFAULT_FLOAT_RANGE if i.dtype.startswith(("float", "bfloat"))
                                           else (0.0, 1.0) if i.dtype == "bool" else DEFAULT_INT_RANGE))
               for n, i in spec.inputs.items()]
@@ -270,12 +280,14 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
                   sources=_sources(project, spec.source.factory)),
         Export(inputs=inputs, dims=dims, seed=spec.seed),
         Quantize(recipe=recipe),
-        Lower(backend=unit.backend, partitioners=PARTITIONERS[unit.backend], options=unit.options),
+        Lower(backend=unit.backend, partitioners=PARTITIONERS[unit.backend], options=unit.options,
+              constants=spec.constants),
         Serialize(),
         Verify(run=run, reason=reason, points=_points(dims), min_cosine=tol.min_cosine,
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
-        Package(file=f"{r.model}.pte"),
+        Package(file=f"{r.model}.pte", task=spec.task,
+                outputs=[OutputPlan(name=n, shape=list(o.shape), dtype=o.dtype) for n, o in spec.outputs.items()]),
     ]
     keyed = []
     previous = key_of(toolchain.versions)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployc.errors import Diagnostic, UserError
+from deployc.graph.pipeline import check_pipeline
 from deployc.graph.source import find_module_file, module_roots
 from deployc.manifest import Manifest, check_references, parse_manifest
 from deployc.schema_errors import closest
@@ -91,6 +92,7 @@ def load_project(path: Path, env: Mapping[str, str] | None = None) -> Project:
     profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
     problems.extend(_check_sources(manifest, doc, folder))
     problems.extend(_check_pins(manifest, doc, profiles))
+    problems.extend(check_pipeline(manifest, doc, folder))
     if problems:
         raise UserError(_sorted(problems))
     return Project(path, manifest, doc, profiles)

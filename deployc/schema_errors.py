@@ -108,6 +108,14 @@ def diagnostics_from(exc: ValidationError, doc: Document, model: type[BaseModel]
             key = e["loc"][-1]
             text = f"{dotted(path)}: missing required field '{key}'"
             loc = doc.locate(path, key=True)
+        elif kind == "union_tag_invalid":
+            ctx = e.get("ctx", {})
+            field = str(ctx.get("discriminator", "")).strip("'")
+            path = (*path, field) if field else path
+            loc = doc.locate(path)
+            choices = _choices(ctx.get("expected_tags", ""))
+            text = f"{dotted(path)}: {ctx.get('tag')!r} is not one of: {', '.join(choices)}"
+            hint = closest(str(ctx.get("tag")), choices)
         else:
             loc = doc.locate(path)
             if kind == "literal_error":

@@ -28,7 +28,9 @@ def make_inputs(inputs: list[InputPlan], point: dict[str, int], seed: int) -> li
         shape = [point[s] if isinstance(s, str) else s for s in spec.shape]
         dtype = DTYPES[spec.dtype]
         low, high = spec.range
-        if dtype.is_floating_point:
+        if spec.fill == "arange":
+            out.append(torch.arange(shape[-1] if shape else 1).expand(shape).contiguous().to(dtype))
+        elif dtype.is_floating_point:
             t = torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low
             out.append(t.to(dtype))
         elif dtype == torch.bool:

@@ -35,7 +35,8 @@ def lower_program(ep: torch.export.ExportedProgram, step: Lower, scheme: str) ->
     if step.backend == "cortex_m":
         return _lower_cortex_m(ep, step)
     try:
-        edge = to_edge_transform_and_lower(ep, partitioner=_partitioners(step, scheme))
+        constants = {f"get_{k}": v for k, v in sorted(step.constants.items())} or None
+        edge = to_edge_transform_and_lower(ep, partitioner=_partitioners(step, scheme), constant_methods=constants)
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         program = edge.to_executorch(ExecutorchBackendConfig())
     except BuildError:

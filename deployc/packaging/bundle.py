@@ -23,6 +23,8 @@ from deployc.faults import fault_point
 from deployc.fingerprint import file_sha256
 from deployc.packaging import runtime_config
 from deployc.packaging.archive import write_archive
+from deployc.packaging.assets import Asset
+from deployc.packaging.pipeline_config import pipeline_config
 from deployc.packaging.runtime_config import normalize
 from deployc.plan import BuildPlan, TargetPlan
 from deployc.project import Project
@@ -62,10 +64,15 @@ def _verification(v: dict[str, Any]) -> dict[str, Any]:
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
     rep = r.report
     dims = {d["name"]: {"min": d["min"], "max": d["max"]} for d in rep["dims"]}
-    methods = [{"name": name, "inputs": _tensors(rep["inputs"], dims), "outputs": _tensors(rep["outputs"], dims),
-                "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
-                "delegates": m["delegates"]}
-               for name, m in sorted(rep["methods"].items())]
+    declared = [o.name for o in r.unit.step_of("package").outputs]
+    outputs = [{**o, "name": declared[i] if i < len(declared) else o["name"]} for i, o in enumerate(rep["outputs"])]
+    methods = []
+    for name, m in sorted(rep["methods"].items()):
+        forward = name == "forward"  # the others are constant methods (get_<name>): no inputs
+        methods.append({"name": name, "inputs": _tensors(rep["inputs"], dims) if forward else [],
+                        "outputs": _tensors(outputs, dims) if forward else [],
+                        "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
+                        "delegates": m["delegates"]})
     return {
         "name": r.unit.model, "file": file, "sha256": sha256, "size_bytes": rep["size_bytes"],
         "unit": r.unit.unit, "backend": r.unit.backend, "quantization": r.unit.quantization,
@@ -86,7 +93,7 @@ def _release_conflict(final: Path, files: dict[str, Any]) -> list[str] | None:
 
 
 def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
-                 out_dir: Path, force: bool = False) -> dict[str, str]:
+                 out_dir: Path, force: bool = False, assets: list[Asset] | None = None) -> dict[str, str]:
     """Write the bundle; an existing release with other content is refused unless `force`."""
     m = plan.manifest
     release = out_dir / m.name / m.version
@@ -99,11 +106,11 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
             shutil.rmtree(stale, ignore_errors=True)
         for stale in release.glob(f"{m.name}-{m.version}-{target.target}.tar.gz.*.tmp"):
             stale.unlink(missing_ok=True)
-        return _write_locked(plan, target, results, project, release, force)
+        return _write_locked(plan, target, results, project, release, force, assets or [])
 
 
 def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
-                  release: Path, force: bool) -> dict[str, str]:
+                  release: Path, force: bool, assets: list[Asset]) -> dict[str, str]:
     m = plan.manifest
     final = release / target.target
     staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.target}.tmp-"))
@@ -114,11 +121,19 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
             file = f"{r.unit.model}.pte"
             shutil.copyfile(r.program, staging / file)
             programs.append(_program_entry(r, file, file_sha256(staging / file)))
+        asset_entries = []
+        for a in assets:
+            dest = staging / a.file
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(a.source, dest)
+            asset_entries.append({"name": a.name, "file": a.file, "sha256": file_sha256(dest), "kind": a.kind})
         device = {k: v for k, v in target.device.items() if k in ("name", "soc", "os", "abi")}
+        pipeline = pipeline_config(project.manifest)
         config = normalize({
             "schema_version": runtime_config.SCHEMA_VERSION, "deployc_version": deployc.__version__,
             "bundle": {"name": m.name, "version": m.version, "target": target.target, "profile": target.profile},
-            "device": device, "programs": programs, "assets": [],
+            "device": device, "programs": programs, "assets": asset_entries,
+            **({"pipeline": pipeline} if pipeline else {}),
         })
         (staging / RUNTIME_JSON).write_text(_dump(config))
         (staging / RUNTIME_BIN).write_bytes(runtime_config.encode(config))

@@ -1,0 +1,349 @@
+"""The pipeline dataflow graph: ports, types, references, order. Pure Python (validate imports it).
+
+A reference is either a pipeline input name (`query`) or `stage.port`. Port types:
+text, chunks (retrieved passages), or a tensor (dtype, shape) with symbolic sizes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deployc.errors import Diagnostic
+from deployc.manifest import (
+    GenerateStage,
+    IndexAsset,
+    Manifest,
+    ModelSpec,
+    ModelStage,
+    Pipeline,
+    TemplateStage,
+    TokenizerAsset,
+    TokenizeStage,
+    VectorSearchStage,
+)
+from deployc.schema_errors import closest
+from deployc.yaml_io import Document
+
+
+@dataclass(frozen=True)
+class Port:
+    kind: str  # text | chunks | tensor
+    dtype: str = ""
+    shape: tuple[int | str, ...] = ()
+
+    def __str__(self) -> str:
+        if self.kind != "tensor":
+            return self.kind
+        return f"tensor {self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+TEXT, CHUNKS = Port("text"), Port("chunks")
+
+
+def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
+    if asset.path is not None:
+        p = folder / asset.path
+        return p if p.is_file() else None
+    if asset.package and asset.file:
+        try:
+            spec = importlib.util.find_spec(asset.package)  # locates, does not import, a top-level package
+        except (ImportError, ValueError):
+            return None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            p = Path(root) / asset.file
+            if p.is_file():
+                return p
+    return None
+
+
+def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]]:
+    """Files the corpus glob selects, and why any were refused (outside the manifest's folder, links)."""
+    problems: list[str] = []
+    if Path(index.corpus).is_absolute() or ".." in Path(index.corpus).parts:
+        return [], [f"corpus glob {index.corpus!r} must stay inside the manifest's folder"]
+    base = folder.resolve()
+    files = []
+    for p in sorted(folder.glob(index.corpus)):
+        if not p.is_file():
+            continue
+        if p.is_symlink() or not p.resolve().is_relative_to(base):
+            problems.append(f"{p.relative_to(folder)} is a symlink or lies outside the manifest's folder")
+            continue
+        files.append(p)
+    return files, problems
+
+
+def model_output_ports(spec: ModelSpec) -> dict[str, Port]:
+    return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in spec.outputs.items()}
+
+
+def stage_outputs(stage: Any, manifest: Manifest) -> dict[str, Port]:
+    if isinstance(stage, TokenizeStage):
+        tokens = Port("tensor", "int64", (1, "tokens"))
+        return {"input_ids": tokens, "attention_mask": tokens}
+    if isinstance(stage, ModelStage):
+        spec = manifest.models.get(stage.model)
+        return model_output_ports(spec) if spec else {}
+    if isinstance(stage, VectorSearchStage):
+        return {"chunks": CHUNKS, "text": TEXT, "scores": Port("tensor", "float32", (stage.top_k,))}
+    if isinstance(stage, TemplateStage):
+        return {"text": TEXT}
+    if isinstance(stage, GenerateStage):
+        return {"text": TEXT, "tokens": Port("tensor", "int64", (1, "generated"))}
+    return {}
+
+
+def references(stage: Any) -> dict[str, str]:
+    """field path (for locating errors) -> the reference it holds."""
+    if isinstance(stage, (ModelStage, TemplateStage)):
+        return {f"inputs.{k}": v for k, v in stage.inputs.items()}
+    if isinstance(stage, TokenizeStage):
+        return {"input": stage.input}
+    if isinstance(stage, VectorSearchStage):
+        return {"query": stage.query}
+    if isinstance(stage, GenerateStage):
+        return {"prompt": stage.prompt}
+    return {}
+
+
+def order(pipeline: Pipeline) -> list[Any]:
+    """Stages in an order where every stage comes after the stages it reads (assumes no cycle)."""
+    by_name = {s.name: s for s in pipeline.stages}
+    done: list[Any] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen or name not in by_name:
+            return
+        seen.add(name)
+        for ref in references(by_name[name]).values():
+            visit(ref.split(".")[0])
+        done.append(by_name[name])
+
+    for s in pipeline.stages:
+        visit(s.name)
+    return done
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Checker:
+    def __init__(self, m: Manifest, doc: Document, folder: Path) -> None:
+        assert m.pipeline is not None
+        self.m, self.p, self.doc, self.folder = m, m.pipeline, doc, folder
+        self.out: list[Diagnostic] = []
+        self.stages = {s.name: s for s in self.p.stages}
+        self.index_of = {s.name: i for i, s in enumerate(self.p.stages)}
+
+    def err(self, path: tuple[str | int, ...], msg: str, hint: str | None = None, key: bool = False) -> None:
+        self.out.append(Diagnostic(self.doc.locate(("pipeline", *path), key=key), msg, hint))
+
+    def stage_path(self, name: str, field: str = "") -> tuple[str | int, ...]:
+        base: tuple[str | int, ...] = ("stages", self.index_of[name])
+        return (*base, *field.split(".")) if field else base
+
+    def where(self, name: str, field: str) -> str:
+        return f"pipeline.stages[{self.index_of[name]}].{field}"
+
+    def resolve(self, ref: str, path: tuple[str | int, ...], field: str) -> Port | None:
+        if "." not in ref:
+            if ref in self.p.inputs:
+                return TEXT
+            self.err(path, f"{field}: '{ref}' is neither a pipeline input nor 'stage.port'",
+                     closest(ref, [*self.p.inputs, *self.stages]))
+            return None
+        stage, port = ref.split(".", 1)
+        if stage not in self.stages:
+            self.err(path, f"{field}: no stage named '{stage}'", closest(stage, self.stages))
+            return None
+        ports = stage_outputs(self.stages[stage], self.m)
+        if port not in ports:
+            self.err(path, f"{field}: stage '{stage}' has no output '{port}'",
+                     f"its outputs: {', '.join(ports) or 'none (declare the model outputs)'}")
+            return None
+        return ports[port]
+
+    def expect(self, got: Port | None, want: Port, path: tuple[str | int, ...], field: str) -> None:
+        if got is None:
+            return
+        same_rank = len(got.shape) == len(want.shape)
+        if got.kind != want.kind or (want.kind == "tensor" and (got.dtype != want.dtype or not same_rank)):
+            self.err(path, f"{field}: type mismatch: gets {got}, expects {want}")
+
+    def check(self) -> list[Diagnostic]:
+        p = self.p
+        names: set[str] = set()
+        for i, s in enumerate(p.stages):
+            if s.name in names:
+                self.err(("stages", i, "name"), f"pipeline.stages[{i}].name: stage '{s.name}' is defined twice")
+            if s.name in p.inputs:
+                self.err(("stages", i, "name"), f"pipeline.stages[{i}].name: '{s.name}' is also a pipeline input")
+            names.add(s.name)
+        self.assets()
+        for s in p.stages:
+            self.stage(s)
+        self.cycles()
+        used = {ref.split(".")[0] for s in p.stages for ref in references(s).values()}
+        for name, ref in p.outputs.items():
+            self.resolve(ref, ("outputs", name), f"pipeline.outputs.{name}")
+            used.add(ref.split(".")[0])
+        for s in p.stages:
+            if s.name not in used:
+                self.err(self.stage_path(s.name, "name"), f"{self.where(s.name, 'name')}: stage '{s.name}' is never "
+                         "used: no stage or pipeline output reads it")
+        for name in p.inputs:
+            if name not in used:
+                self.err(("inputs", name), f"pipeline.inputs.{name}: input is never used", key=True)
+        return self.out
+
+    def known(self, kind: str, name: str, table: dict[str, Any], path: tuple[str | int, ...], field: str) -> bool:
+        if name in table:
+            return True
+        self.err(path, f"{field}: no {kind} named '{name}'", closest(name, table) or
+                 (f"{kind}s: {', '.join(table)}" if table else f"declare it under pipeline.{kind}s"
+                  if kind != "model" else None))
+        return False
+
+    def assets(self) -> None:
+        for name, t in self.p.tokenizers.items():
+            path = ("tokenizers", name)
+            if (t.path is None) == (t.package is None and t.file is None) or (t.package is None) != (t.file is None):
+                self.err(path, f"pipeline.tokenizers.{name}: give either `path`, or both `package` and `file`")
+            elif tokenizer_file(t, self.folder) is None:
+                where = t.path if t.path else f"{t.file} in package {t.package}"
+                self.err(path, f"pipeline.tokenizers.{name}: tokenizer file not found: {where}")
+        for name, ix in self.p.indexes.items():
+            path = ("indexes", name)
+            if self.known("model", ix.model, self.m.models, (*path, "model"), f"pipeline.indexes.{name}.model"):
+                spec = self.m.models[ix.model]
+                if spec.task != "embedding" or len(spec.outputs) != 1:
+                    self.err((*path, "model"), f"pipeline.indexes.{name}.model: '{ix.model}' must have task: "
+                             "embedding and declare exactly one output (the embedding)")
+            self.known("tokenizer", ix.tokenizer, self.p.tokenizers, (*path, "tokenizer"),
+                       f"pipeline.indexes.{name}.tokenizer")
+            files, problems = corpus_files(ix, self.folder)
+            for problem in problems:
+                self.err((*path, "corpus"), f"pipeline.indexes.{name}.corpus: {problem}")
+            if not files and not problems:
+                self.err((*path, "corpus"), f"pipeline.indexes.{name}.corpus: '{ix.corpus}' matches no files")
+            if ix.chunking.overlap >= ix.chunking.words:
+                self.err((*path, "chunking"), f"pipeline.indexes.{name}.chunking: overlap must be smaller than words")
+
+    def stage(self, s: Any) -> None:
+        name = s.name
+        if isinstance(s, TokenizeStage):
+            self.known("tokenizer", s.tokenizer, self.p.tokenizers, self.stage_path(name, "tokenizer"),
+                       self.where(name, "tokenizer"))
+            self.expect(self.resolve(s.input, self.stage_path(name, "input"), self.where(name, "input")), TEXT,
+                        self.stage_path(name, "input"), self.where(name, "input"))
+        elif isinstance(s, ModelStage):
+            if not self.known("model", s.model, self.m.models, self.stage_path(name, "model"),
+                              self.where(name, "model")):
+                return
+            spec = self.m.models[s.model]
+            if s.method != "forward":
+                self.err(self.stage_path(name, "method"), f"{self.where(name, 'method')}: model '{s.model}' has "
+                         f"only the method 'forward'")
+            if not spec.outputs:
+                self.err(self.stage_path(name, "model"), f"{self.where(name, 'model')}: model '{s.model}' must "
+                         "declare its `outputs` to be used in a pipeline")
+            missing = [n for n in spec.inputs if n not in s.inputs]
+            if missing:
+                self.err(self.stage_path(name, "inputs"), f"{self.where(name, 'inputs')}: model '{s.model}' "
+                         f"needs inputs {', '.join(missing)}", key=True)
+            for port, ref in s.inputs.items():
+                field = f"inputs.{port}"
+                got = self.resolve(ref, self.stage_path(name, field), self.where(name, field))
+                if port not in spec.inputs:
+                    self.err(self.stage_path(name, field), f"{self.where(name, field)}: model '{s.model}' has no "
+                             f"input '{port}'", closest(port, spec.inputs), key=True)
+                    continue
+                want = spec.inputs[port]
+                self.expect(got, Port("tensor", want.dtype, tuple(want.shape)), self.stage_path(name, field),
+                            self.where(name, field))
+                self.token_lengths(ref, s.model, port, name, field)
+        elif isinstance(s, VectorSearchStage):
+            got = self.resolve(s.query, self.stage_path(name, "query"), self.where(name, "query"))
+            if self.known("index", s.index, self.p.indexes, self.stage_path(name, "index"), self.where(name, "index")):
+                spec = self.m.models.get(self.p.indexes[s.index].model)
+                if spec and spec.outputs and got is not None:
+                    emb = next(iter(spec.outputs.values()))
+                    want = Port("tensor", emb.dtype, tuple(emb.shape))
+                    self.expect(got, want, self.stage_path(name, "query"), self.where(name, "query"))
+                    if got.kind == "tensor" and got.shape and want.shape and got.shape[-1] != want.shape[-1]:
+                        self.err(self.stage_path(name, "query"), f"{self.where(name, 'query')}: the query has "
+                                 f"dimension {got.shape[-1]} but index '{s.index}' holds {want.shape[-1]}-dimensional "
+                                 f"vectors from model '{self.p.indexes[s.index].model}'")
+        elif isinstance(s, TemplateStage):
+            placeholders = set(_PLACEHOLDER.findall(s.template))
+            for port, ref in s.inputs.items():
+                field = f"inputs.{port}"
+                got = self.resolve(ref, self.stage_path(name, field), self.where(name, field))
+                if got is not None and got.kind == "tensor":
+                    self.err(self.stage_path(name, field), f"{self.where(name, field)}: type mismatch: gets {got}, "
+                             "expects text or chunks")
+                if port not in placeholders:
+                    self.err(self.stage_path(name, field), f"{self.where(name, field)}: the template has no "
+                             f"{{{port}}} placeholder", key=True)
+            for missing in sorted(placeholders - set(s.inputs)):
+                self.err(self.stage_path(name, "template"), f"{self.where(name, 'template')}: placeholder "
+                         f"{{{missing}}} has no entry under inputs")
+        elif isinstance(s, GenerateStage):
+            if self.known("model", s.model, self.m.models, self.stage_path(name, "model"), self.where(name, "model")):
+                spec = self.m.models[s.model]
+                if spec.task != "text-generation":
+                    self.err(self.stage_path(name, "model"), f"{self.where(name, 'model')}: model '{s.model}' "
+                             "must have task: text-generation")
+                for needed in ("max_seq_len", "eos_ids"):
+                    if needed not in spec.constants:
+                        self.err(self.stage_path(name, "model"), f"{self.where(name, 'model')}: model '{s.model}' "
+                                 f"must declare constants.{needed}")
+                if set(spec.inputs) != {"tokens", "input_pos"}:
+                    self.err(self.stage_path(name, "model"), f"{self.where(name, 'model')}: a text-generation "
+                             "model takes exactly the inputs tokens [1, seq] and input_pos [seq]")
+            self.known("tokenizer", s.tokenizer, self.p.tokenizers, self.stage_path(name, "tokenizer"),
+                       self.where(name, "tokenizer"))
+            self.expect(self.resolve(s.prompt, self.stage_path(name, "prompt"), self.where(name, "prompt")), TEXT,
+                        self.stage_path(name, "prompt"), self.where(name, "prompt"))
+
+    def token_lengths(self, ref: str, model: str, port: str, name: str, field: str) -> None:
+        """A tokenize stage must not produce more tokens than the model's dim allows."""
+        spec = self.m.models[model]
+        source = self.stages.get(ref.split(".")[0])
+        if not isinstance(source, TokenizeStage):
+            return
+        for d in spec.inputs[port].shape:
+            if isinstance(d, str) and d in spec.dims and spec.dims[d].max < source.max_length:
+                self.err(self.stage_path(name, field), f"{self.where(name, field)}: stage '{source.name}' "
+                         f"produces up to {source.max_length} tokens, but model '{model}' input '{port}' "
+                         f"allows {d} <= {spec.dims[d].max}")
+
+    def cycles(self) -> None:
+        state: dict[str, int] = {}
+
+        def visit(name: str, trail: list[str]) -> None:
+            state[name] = 1
+            for ref in references(self.stages[name]).values():
+                dep = ref.split(".")[0]
+                if dep not in self.stages:
+                    continue
+                if state.get(dep) == 1:
+                    cycle = " -> ".join([*trail[trail.index(dep):], name, dep]) if dep in trail else f"{name} -> {dep}"
+                    self.err(self.stage_path(name, "name"), f"{self.where(name, 'name')}: cycle {cycle}")
+                elif dep not in state:
+                    visit(dep, [*trail, name])
+            state[name] = 2
+
+        for s in self.p.stages:
+            if s.name not in state:
+                visit(s.name, [])
+
+
+def check_pipeline(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]:
+    return _Checker(m, doc, folder).check() if m.pipeline is not None else []
+

@@ -1,0 +1,164 @@
+"""Execute a bundle's pipeline on this host from the bundle alone (runtime.json, programs, assets),
+through the ExecuTorch runtime. This is what an app does with runtime.bin; `deployc run` drives it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deployc.errors import BuildError, UserError
+from deployc.packaging.inspection import verify_bundle
+from deployc.runtime.generation import generate
+from deployc.runtime.tokenizer import encode, load_tokenizer
+
+
+class RunError(BuildError):
+    """The bundle cannot run (damaged, or a program failed). Exit 1."""
+
+
+class Bundle:
+    def __init__(self, folder: Path) -> None:
+        problems = verify_bundle(folder)
+        if problems:
+            raise RunError(f"{folder}: bundle does not match its lock: " + "; ".join(problems))
+        self.folder = folder
+        self.config = json.loads((folder / "runtime.json").read_text())
+        self.programs = {p["name"]: p for p in self.config["programs"]}
+        self._methods: dict[str, Any] = {}
+        self._tokenizers: dict[tuple[str, int | None], Any] = {}
+        self._indexes: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
+
+    # ---- resources, loaded once -------------------------------------------------------------------------
+    def method(self, program: str) -> Any:
+        if program not in self._methods:
+            from deployc.runtime.host import load_program
+
+            self._methods[program] = load_program(self.folder / self.programs[program]["file"]).load_method("forward")
+        return self._methods[program]
+
+    def tokenizer(self, file: str, max_length: int | None) -> Any:
+        key = (file, max_length)
+        if key not in self._tokenizers:
+            self._tokenizers[key] = load_tokenizer(self.folder / file, max_length)
+        return self._tokenizers[key]
+
+    def index(self, file: str) -> tuple[dict[str, Any], np.ndarray]:
+        if file not in self._indexes:
+            meta = json.loads((self.folder / file).read_text())
+            raw = np.fromfile(self.folder / Path(file).parent / meta["vectors"], dtype="<f4")
+            self._indexes[file] = (meta, raw.reshape(meta["count"], meta["dim"]))
+        return self._indexes[file]
+
+    # ---- programs ---------------------------------------------------------------------------------------
+    def check_inputs(self, program: str, tensors: list[np.ndarray]) -> None:
+        """The declared dynamic ranges: the ExecuTorch runtime only checks buffer capacity."""
+        forward = next(m for m in self.programs[program]["methods"] if m["name"] == "forward")
+        for spec, t in zip(forward["inputs"], tensors):
+            if len(spec["shape"]) != t.ndim:
+                raise UserError.at(self.folder, f"program {program} input {spec['name']}: rank {t.ndim}, "
+                                                f"declared {len(spec['shape'])}")
+            for axis, (d, size) in enumerate(zip(spec["shape"], t.shape)):
+                if not d["min"] <= size <= d["max"]:
+                    name = d.get("symbol") or f"dim {axis}"
+                    raise UserError.at(self.folder, f"program {program} input {spec['name']}: {name} = {size} is "
+                                                    f"outside the declared range [{d['min']}, {d['max']}]")
+
+    def call(self, program: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        self.check_inputs(program, tensors)
+        try:
+            outs = self.method(program)([torch.from_numpy(np.ascontiguousarray(t)) for t in tensors])
+        except RuntimeError as exc:
+            raise RunError(f"program {program} failed: {exc}") from exc
+        return [o.detach().numpy().copy() for o in outs]
+
+    # ---- the pipeline -----------------------------------------------------------------------------------
+    def run(self, inputs: dict[str, str]) -> dict[str, Any]:
+        pipeline = self.config.get("pipeline")
+        if not pipeline:
+            raise UserError.at(self.folder, "bundle has no pipeline to run")
+        missing = [n for n in pipeline["inputs"] if n not in inputs]
+        unknown = [n for n in inputs if n not in pipeline["inputs"]]
+        if missing or unknown:
+            raise UserError.at(self.folder, f"pipeline inputs are {', '.join(pipeline['inputs'])}; "
+                               + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
+        values: dict[str, Any] = dict(inputs)
+        latency: dict[str, float] = {}
+        for stage in pipeline["stages"]:
+            args = {k: values[v] for k, v in (item.split("=", 1) for item in stage["inputs"])}
+            t = time.perf_counter()
+            outputs = self.stage(stage, args, json.loads(stage["params_json"]))
+            latency[stage["name"]] = round((time.perf_counter() - t) * 1000.0, 3)
+            values.update({f"{stage['name']}.{k}": v for k, v in outputs.items()})
+        result = {name: values[ref] for name, ref in (item.split("=", 1) for item in pipeline["outputs"])}
+        return {"outputs": result, "latency_ms": latency}
+
+    def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        op = stage["op"]
+        if op == "tokenize":
+            ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"])
+            return {"input_ids": ids, "attention_mask": mask}
+        if op == "model":
+            forward = next(m for m in self.programs[stage["program"]]["methods"] if m["name"] == "forward")
+            outs = self.call(stage["program"], [args[i["name"]] for i in forward["inputs"]])
+            return {o["name"]: v for o, v in zip(forward["outputs"], outs)}
+        if op == "vector_search":
+            return self.search(params, args["query"])
+        if op == "template":
+            text = {k: _as_text(v) for k, v in args.items()}
+            return {"text": params["template"].format(**text)}
+        if op == "generate":
+            return self.generate(stage["program"], params, args["prompt"])
+        raise RunError(f"stage {stage['name']}: unknown op {op!r} (bundle from a newer deployc?)")
+
+    def search(self, params: dict[str, Any], query: np.ndarray) -> dict[str, Any]:
+        meta, vectors = self.index(params["index"])
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != meta["dim"]:
+            raise RunError(f"query has dimension {q.shape[0]}, index {meta['name']} holds {meta['dim']}")
+        scores = vectors @ q / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(q) + 1e-12)
+        top = np.argsort(-scores, kind="stable")[: params["top_k"]]
+        chunks = [{**meta["chunks"][i], "score": round(float(scores[i]), 6)} for i in top]
+        return {"chunks": chunks, "text": _as_text(chunks), "scores": scores[top].astype(np.float32)}
+
+    def generate(self, program: str, params: dict[str, Any], prompt: str) -> dict[str, Any]:
+        tk = self.tokenizer(params["tokenizer"], None)
+        ids = tk.encode(prompt, add_special_tokens=False).ids
+        if "bos_id" in params:
+            ids = [params["bos_id"], *ids]
+        stops = params.get("stop", [])
+
+        def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            return self.call(program, [tokens, positions])[0]
+
+        def stopped(out: list[int]) -> bool:
+            text = tk.decode(out)
+            return any(s in text for s in stops)
+
+        new = generate(step, ids, params["max_new_tokens"], params["max_seq_len"], params.get("eos_ids", []),
+                       params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
+        text = tk.decode(new)
+        for s in stops:
+            text = text.split(s)[0]
+        return {"text": text, "tokens": np.asarray([new], dtype=np.int64)}
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n\n".join(c["text"] for c in value)
+    return str(value)
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    return value
