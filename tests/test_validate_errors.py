@@ -34,7 +34,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-key": (
         manifest("    quantizaton: 8da8w\n"),
         ["m.yaml:12:5: error: models.clf: unknown field 'quantizaton'",
-         "    hint: did you mean 'quantization'? valid fields: source, inputs, dims, quantization, verify, params, "
+         "    hint: did you mean 'quantization'? valid fields: source, task, inputs, outputs, dims, constants, "
+         "quantization, verify, params, "
          "seed, overrides"],
     ),
     "unknown-top-key": (
