@@ -21,11 +21,12 @@ system-deps:
 	@command -v /usr/bin/flatc >/dev/null || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq flatbuffers-compiler >/dev/null; }
 
-# Build the main example manifest for every target it lists, then show what came out.
+# The main job: build the offline RAG bundle for both targets, then answer a question from it.
 demo: $(STAMP)
 	$(BIN)/deployc validate manifests/*.yaml
-	$(BIN)/deployc plan manifests/small_models.yaml
-	$(BIN)/deployc build manifests/small_models.yaml --out dist --force
+	$(BIN)/deployc plan manifests/rag_offline.yaml
+	$(BIN)/deployc build manifests/rag_offline.yaml --out dist --force
+	$(BIN)/deployc run dist/rag-offline/1.0.0/arduino_q --input query="How do honeybees find flowers?"
 
 # Install everything and run the whole test suite.
 test: $(STAMP) system-deps

@@ -299,7 +299,8 @@ def run(
                 console.result(f"  [{c['score']:.3f}] {c['source']}: {c['text'][:100]}")
         else:
             console.result(f"{name}: {value}")
-    console.result("latency: " + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+    console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
+                   + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
 
 
 @targets_app.command("list")

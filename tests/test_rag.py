@@ -1,0 +1,148 @@
+"""The offline RAG example end to end: real all-MiniLM-L6-v2, a KV-cache LLM, an index built by the
+built embedder program, and `deployc run` from the bundle alone. Built once per session (minutes)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, build_json, run_subprocess
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = {
+    "How do honeybees tell each other where the flowers are?": "corpus/honeybees.md",
+    "What causes the biggest tides?": "corpus/tides.md",
+    "When was the Eiffel Tower finished?": "corpus/eiffel_tower.md",
+    "Why do CPU-bound Python programs use several processes?": "corpus/python_gil.md",
+    "How many hearts does an octopus have?": "corpus/octopus.md",
+    "Who made the first ascent of Everest?": "corpus/mount_everest.md",
+    "What does a key-value cache store in a language model?": "corpus/kv_cache.md",
+    "How much energy does recycling aluminium cans save?": "corpus/recycling_aluminium.md",
+}
+
+
+@pytest.fixture(scope="session")
+def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("rag")
+    project = folder / "project"
+    shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "targets", folder / "targets")
+    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache")
+    assert result.code == 0, result.err[-3000:]
+    assert {u["status"] for u in report["units"]} == {"built"}
+    return folder / "dist" / "rag-offline" / "1.0.0"
+
+
+def _bundle(rag: Path, target: str = "arduino_q"):
+    sys.path.insert(0, str(REPO / "manifests"))
+    from deployc.runtime.pipeline_runner import Bundle
+
+    return Bundle(rag / target)
+
+
+def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -> None:
+    for target in ("snapdragon", "arduino_q"):
+        config = json.loads((rag / target / "runtime.json").read_text())
+        assert {p["name"]: p["verification"]["status"] for p in config["programs"]} == {
+            "embedder": "passed", "llm": "passed"}
+        kinds = {a["name"]: a["kind"] for a in config["assets"]}
+        assert kinds == {"wordpiece": "tokenizer", "docs": "vector_index", "docs.vectors": "vector_index_vectors"}
+        lock = json.loads((rag / target / "bundle.lock.json").read_text())
+        assert {"assets/indexes/docs.json", "assets/indexes/docs.f32", "assets/tokenizers/wordpiece.json"} <= set(
+            lock["files"])
+        assert [s["name"] for s in config["pipeline"]["stages"]] == [
+            "query_tokens", "query_embedding", "retrieve", "prompt", "answer"]
+    index = json.loads((rag / "arduino_q" / "assets" / "indexes" / "docs.json").read_text())
+    assert index["dim"] == 384 and index["count"] == len(index["chunks"]) >= 42
+    assert (rag / "arduino_q" / "assets" / "indexes" / "docs.f32").stat().st_size == index["count"] * 384 * 4
+    # One embedder program for both phones: identical index bytes.
+    assert (rag / "arduino_q" / "assets/indexes/docs.f32").read_bytes() == \
+        (rag / "snapdragon" / "assets/indexes/docs.f32").read_bytes()
+
+
+def test_retrieval_finds_the_right_document(rag: Path) -> None:
+    bundle = _bundle(rag)
+    hits = 0
+    for question, source in QUESTIONS.items():
+        tokens = bundle.stage({"op": "tokenize"}, {"input": question},
+                              {"tokenizer": "assets/tokenizers/wordpiece.json", "max_length": 128})
+        emb = bundle.call("embedder", [tokens["input_ids"], tokens["attention_mask"]])[0]
+        found = bundle.search({"index": "assets/indexes/docs.json", "top_k": 3}, emb)
+        hits += source in [c["source"] for c in found["chunks"]]
+    assert hits == len(QUESTIONS)
+
+
+def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:
+    import torch
+
+    from models.minilm import build, tokenizer_path  # the manifests' folder is on sys.path (see _bundle)
+
+    bundle = _bundle(rag)
+    from deployc.runtime.tokenizer import encode, load_tokenizer
+
+    tk = load_tokenizer(tokenizer_path(), 128)
+    eager = build()
+    for text in ["A man is eating food.", "Glaciers carve U-shaped valleys.", "int8 quantization shrinks models"]:
+        ids, mask = encode(tk, text)
+        with torch.no_grad():
+            ref = eager(torch.from_numpy(ids), torch.from_numpy(mask)).numpy().reshape(-1)
+        got = bundle.call("embedder", [ids, mask])[0].reshape(-1)
+        cosine = float(np.dot(ref, got) / (np.linalg.norm(ref) * np.linalg.norm(got)))
+        assert cosine >= 0.99
+
+
+def test_generation_matches_the_eager_model(rag: Path) -> None:
+    import torch
+
+    from deployc.graph.quantize import torchao_quantize
+    from deployc.runtime.generation import generate
+    from deployc.targets.recipes import Recipe
+    from models.tiny_llm import build
+
+    bundle = _bundle(rag)
+    torch.manual_seed(0)  # the model's seed in the manifest; deployc seeds before calling the factory
+    eager = build(vocab_size=30522, dim=128, layers=2, heads=4, hidden=256, max_seq_len=384)
+    torchao_quantize(eager, Recipe(scheme="8da4w", method="torchao", config="", group_size=32))
+    prompt = [101, 2129, 2079, 6970, 6776, 2156, 2073, 1996, 4870, 2024, 1029]
+
+    def eager_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return eager(torch.from_numpy(tokens), torch.from_numpy(positions)).numpy()
+
+    def program_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return bundle.call("llm", [tokens, positions])[0]
+
+    want = generate(eager_step, prompt, 20, 384)
+    got = generate(program_step, prompt, 20, 384)
+    assert len(want) == 20 and got == want
+
+
+def test_deployc_run_answers_from_the_bundle_alone(rag: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "bundle"
+    shutil.copytree(rag / "snapdragon", copy)  # nothing but the bundle directory
+    r = run_subprocess("run", str(copy), "--input", "query=How many hearts does an octopus have?", "--json",
+                       cwd=tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    result = json.loads(r.out)
+    sources = result["outputs"]["sources"]
+    assert sources[0]["source"] == "corpus/octopus.md" and len(sources) == 3
+    assert sources[0]["score"] >= sources[1]["score"] >= sources[2]["score"]
+    assert isinstance(result["outputs"]["answer"], str) and result["outputs"]["answer"]
+    assert set(result["latency_ms"]) == {"query_tokens", "query_embedding", "retrieve", "prompt", "answer"}
+    r = run_subprocess("run", str(copy), "--input", "question=x", cwd=tmp_path)
+    assert r.code == 2 and "pipeline inputs are query; missing query" in r.err
+
+
+def test_run_refuses_a_tampered_bundle(rag: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "bundle"
+    shutil.copytree(rag / "arduino_q", copy)
+    (copy / "assets" / "indexes" / "docs.f32").write_bytes(b"\x00" * 16)
+    r = run_subprocess("run", str(copy), "--input", "query=hello", cwd=tmp_path)
+    assert r.code == 1
+    assert "bundle does not match its lock: assets/indexes/docs.f32: size 16" in r.err
