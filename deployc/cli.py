@@ -114,10 +114,10 @@ def build_cmd(
         units = [results[f"{u.model}@{u.target}"] for u in t.units]
         failed = [u for u in units if u.status == "failed"]
         if failed:
-            not_written[t.target] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
+            not_written[t.profile] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
         assets = build_assets(project, t.target, results, cache, console.status)
-        bundles[t.target] = write_bundle(build_plan, t, units, project, out, force, assets)
+        bundles[t.profile] = write_bundle(build_plan, t, units, project, out, force, assets)
     report = BuildReport(list(results.values()), bundles, not_written)
     differences: list[str] | None = None
     if check_reproducible and not report.failed:
@@ -368,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:  # disk full, permissions, a vanished file: the user's environment, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.error_lines([f"error: {where}{exc.strerror or exc}",
+                             "    hint: check free space and permissions; finished outputs were left as they were"])
+        return 1
     except click.ClickException as exc:
         console.error_lines([f"error: {exc.format_message()}"])
         return 2

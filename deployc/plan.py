@@ -317,6 +317,14 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
             by_target[r.target].append(_unit_plan(project, r, toolchain))
         except PlanError as exc:
             problems.extend(exc.diagnostics)
+    seen: dict[str, str] = {}
+    for i, t in enumerate(m.targets):
+        name = project.profiles[t].profile.name
+        if name in seen:  # bundles are directories named after profiles
+            problems.append(Diagnostic(project.doc.locate(("targets", i)),
+                                       f"targets[{i}]: '{t}' is profile '{name}' again (also '{seen[name]}'); "
+                                       "each target needs a distinct profile name"))
+        seen.setdefault(name, t)
     if problems:
         raise PlanError(problems)
     targets = []

@@ -101,10 +101,10 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
     locks = out_dir / ".deployc-locks"
     locks.mkdir(exist_ok=True)
     # One writer per release target at a time; under the lock, temp dirs of killed writers are garbage.
-    with FileLock(str(locks / f"{m.name}-{m.version}-{target.target}.lock")):
-        for stale in release.glob(f".{target.target}.*-*"):
+    with FileLock(str(locks / f"{m.name}-{m.version}-{target.profile}.lock")):
+        for stale in release.glob(f".{target.profile}.*-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        for stale in release.glob(f"{m.name}-{m.version}-{target.target}.tar.gz.*.tmp"):
+        for stale in release.glob(f"{m.name}-{m.version}-{target.profile}.tar.gz.*.tmp"):
             stale.unlink(missing_ok=True)
         return _write_locked(plan, target, results, project, release, force, assets or [])
 
@@ -112,8 +112,8 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
 def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
                   release: Path, force: bool, assets: list[Asset]) -> dict[str, str]:
     m = plan.manifest
-    final = release / target.target
-    staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.target}.tmp-"))
+    final = release / target.profile  # a profile name is [a-z0-9_-]+: it cannot leave `release`
+    staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.profile}.tmp-"))
     try:
         programs = []
         for r in sorted(results, key=lambda r: r.unit.model):
@@ -153,19 +153,19 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
         for p in staging.rglob("*"):
             p.chmod(0o755 if p.is_dir() else 0o644)
         staging.chmod(0o755)
-        archive = release / f"{m.name}-{m.version}-{target.target}.tar.gz"
+        archive = release / f"{m.name}-{m.version}-{target.profile}.tar.gz"
         conflict = _release_conflict(final, files)
         if conflict and not force:
             raise ManifestError([Diagnostic(
                 project.doc.locate(("version",)),
-                f"version: release {m.name} {m.version} for {target.target} already exists in {release} with "
+                f"version: release {m.name} {m.version} for {target.profile} already exists in {release} with "
                 f"different content ({', '.join(conflict)})",
                 "bump the version, or pass --force to overwrite it")])
         fault_point("package-staged")
         if conflict == [] and archive.is_file():
             shutil.rmtree(staging)  # the same release again: leave the published bytes untouched
         else:
-            write_archive(staging, target.target, archive)
+            write_archive(staging, target.profile, archive)
             fault_point("package-archived")
             _replace_dir(staging, final)
     except BaseException:
