@@ -16,10 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Debian tools the tests use: the standard flatc decodes runtime.bin against the committed schema.
+# Debian packages the tests use: the standard flatc decodes runtime.bin against the committed schema;
+# cmake, g++ and the headers build the native runner (`deployc native build`).
+DEB_PACKAGES := cmake g++ flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev
 system-deps:
-	@command -v /usr/bin/flatc >/dev/null || { $(SUDO) apt-get update -qq && \
-		$(SUDO) apt-get install -y -qq flatbuffers-compiler >/dev/null; }
+	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq $(DEB_PACKAGES) >/dev/null; }
 
 # The main job: build the offline RAG bundle for both targets, then answer a question from it.
 demo: $(STAMP)

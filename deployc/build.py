@@ -126,19 +126,28 @@ def _budget_problems(unit: UnitPlan, report: dict[str, Any]) -> list[str]:
 
 def _declared_output_problems(unit: UnitPlan, report: dict[str, Any]) -> str | None:
     """The manifest's `outputs` (when declared) must match what the program returns."""
-    declared = unit.step_of("package").outputs
+    package = unit.step_of("package")
+    dims = {d["name"]: d for d in report["dims"]}
+    for method, declared in [("forward", package.outputs), *package.method_outputs.items()]:
+        problem = _compare_outputs(method, declared, report["signatures"][method]["outputs"], dims)
+        if problem:
+            return problem
+    return None
+
+
+def _compare_outputs(method: str, declared: list[Any], actual: list[dict[str, Any]],
+                     dims: dict[str, Any]) -> str | None:
     if not declared:
         return None
-    actual = report["outputs"]
+    where = "the model" if method == "forward" else f"method {method}"
     if len(actual) != len(declared):
-        return f"the model returns {len(actual)} output(s); the manifest declares {len(declared)}"
-    dims = {d["name"]: d for d in report["dims"]}
+        return f"{where} returns {len(actual)} output(s); the manifest declares {len(declared)}"
     for d, a in zip(declared, actual):
         if len(d.shape) != len(a["shape"]) or d.dtype != a["dtype"]:
-            return f"output {d.name}: declared {d.dtype}{d.shape}, the model returns {a['dtype']}{a['shape']}"
+            return f"output {d.name}: declared {d.dtype}{d.shape}, {where} returns {a['dtype']}{a['shape']}"
         for want, got in zip(d.shape, a["shape"]):
             if isinstance(want, int) and want != got:
-                return f"output {d.name}: declared {d.dtype}{d.shape}, the model returns {a['dtype']}{a['shape']}"
+                return f"output {d.name}: declared {d.dtype}{d.shape}, {where} returns {a['dtype']}{a['shape']}"
             if isinstance(want, str) and want not in dims:
                 return f"output {d.name}: dim '{want}' is not one of the model's dims"
     return None

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative deployment compiler for on-device AI.")
 targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
 app.add_typer(targets_app, name="targets")
+native_app = typer.Typer(no_args_is_help=True, help="The C++ reference runner.")
+app.add_typer(native_app, name="native")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
 
@@ -301,6 +303,17 @@ def run(
             console.result(f"{name}: {value}")
     console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
                    + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+
+
+@native_app.command("build")
+def native_build(build_dir: Annotated[Path, typer.Option("--build-dir", help="CMake build directory")] = Path(
+        "native/build")) -> None:
+    """Configure and build the C++ reference runner (native/) against the installed executorch wheel."""
+    from deployc.native_build import build_runner
+
+    console = Console()
+    runner = build_runner(build_dir, console.status)
+    console.result(f"built {runner}")
 
 
 @targets_app.command("list")

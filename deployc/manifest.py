@@ -77,8 +77,12 @@ def _scheme_shorthand(v: Any) -> Any:
 
 
 class Calibration(Frozen):
-    samples: Annotated[int, Field(ge=1, le=10_000)] = DEFAULT_CALIBRATION_SAMPLES
+    samples: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=DEFAULT_CALIBRATION_SAMPLES, description="random samples within the inputs' ranges")
     seed: int = 0
+    dataset: str | None = Field(default=None, description="instead of random samples: a torch.save'd list of "
+                                                          "samples (each a list of tensors in input order), "
+                                                          "relative to the manifest")
 
 
 class QuantSpec(Frozen):
@@ -115,6 +119,15 @@ class OutputSpec(Frozen):
 Constant = int | float | bool | list[int] | list[float]
 
 
+class MethodSpec(Frozen):
+    """A further method of the same program (e.g. encode_image beside forward), sharing weights and dims."""
+
+    function: Identifier | None = Field(default=None, description="the model's method to export; default: "
+                                                                    "the method's own name")
+    inputs: dict[Identifier, InputSpec] = Field(min_length=1)
+    outputs: dict[Identifier, OutputSpec] = Field(default_factory=dict)
+
+
 class ModelSpec(Frozen):
     source: Source
     task: Literal["embedding", "text-generation", "classification", "other"] = Field(
@@ -123,6 +136,8 @@ class ModelSpec(Frozen):
     outputs: dict[Identifier, OutputSpec] = Field(
         default_factory=dict, description="named outputs in return order; required for models used in a pipeline")
     dims: dict[Identifier, DimSpec] = Field(default_factory=dict, description="symbolic (dynamic) dims")
+    methods: dict[Identifier, MethodSpec] = Field(
+        default_factory=dict, description="further methods compiled into the same program, beside forward")
     constants: dict[Identifier, Constant] = Field(
         default_factory=dict, description="metadata compiled into the program as constant methods get_<name> "
                                           "(e.g. vocab_size, max_seq_len, eos_ids)")
@@ -253,14 +268,30 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
     for name, model in m.models.items():
         base = ("models", name)
         used: set[str] = set()
-        for inp_name, inp in model.inputs.items():
-            for j, dim in enumerate(inp.shape):
-                if isinstance(dim, str):
+        signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
+                                                      for meth, spec in model.methods.items()]
+        for where, inputs in signatures:
+            for inp_name, inp in inputs.items():
+                for j, dim in enumerate(inp.shape):
+                    if not isinstance(dim, str):
+                        continue
                     used.add(dim)
                     if dim not in model.dims:
-                        err((*base, "inputs", inp_name, "shape", j),
-                            f"models.{name}.inputs.{inp_name}.shape[{j}]: dim '{dim}' is not declared under models.{name}.dims",
+                        field = ".".join(where)
+                        err((*base, *where, inp_name, "shape", j),
+                            f"models.{name}.{field}.{inp_name}.shape[{j}]: dim '{dim}' is not declared under "
+                            f"models.{name}.dims",
                             closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
+        schemes = [model.quantization.scheme, *(o.quantization.scheme for o in model.overrides.values()
+                                                if o.quantization is not None)]
+        if model.methods and any(SCHEMES[q].calibrated for q in schemes):
+            err((*base, "methods"), f"models.{name}.methods: calibrated schemes (w8a8, 16a8w, 16a4w) support "
+                "only single-method programs", key=True)
+        for method in model.methods:
+            if method == "forward" or method.startswith("get_"):
+                err((*base, "methods", method), f"models.{name}.methods.{method}: 'forward' and names starting with "
+                    "'get_' (constant methods) are reserved", key=True)
+        for inp_name, inp in model.inputs.items():
             if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
                 err((*base, "inputs", inp_name, "range"), f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
         for dim_name, dim in model.dims.items():

@@ -75,12 +75,19 @@ class LoadModel(_Rec):
     sources: list[SourceFile]
 
 
+class MethodPlan(_Rec):
+    name: str
+    function: str
+    inputs: list[InputPlan]
+
+
 class Export(_Rec):
     step: Literal["export"] = "export"
     key: str = ""
-    inputs: list[InputPlan]
+    inputs: list[InputPlan]  # forward's
     dims: list[DimPlan]
     seed: int
+    methods: list[MethodPlan] = []  # further methods of the same program
 
 
 class Quantize(_Rec):
@@ -128,6 +135,7 @@ class Package(_Rec):
     file: str
     task: str = "other"
     outputs: list[OutputPlan] = []  # declared names and shapes; checked against the built program
+    method_outputs: dict[str, list[OutputPlan]] = {}  # the same for further methods
 
 
 Step = Annotated[Union[LoadModel, Export, Quantize, Lower, Serialize, Verify, CheckBudget, Package],
@@ -254,15 +262,28 @@ def _choose_unit(r: ResolvedModel, toolchain: Toolchain) -> tuple[Unit, Recipe, 
                                 summary)])
 
 
+def _outputs(specs: dict[str, Any]) -> list[OutputPlan]:
+    return [OutputPlan(name=n, shape=list(o.shape), dtype=o.dtype) for n, o in specs.items()]
+
+
+def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
+    return [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype, fill=i.fill,
+                      range=i.range or (DEFAULT_FLOAT_RANGE if i.dtype.startswith(("float", "bfloat"))
+                                        else (0.0, 1.0) if i.dtype == "bool" else DEFAULT_INT_RANGE))
+            for n, i in specs.items()]
+
+
 def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> UnitPlan:
     unit, recipe, skipped = _choose_unit(r, toolchain)
+    if recipe.calibration_dataset:  # its content, not its name, decides the program
+        recipe = recipe.model_copy(update={"calibration_dataset_sha256":
+                                           file_sha256(project.folder / recipe.calibration_dataset)})
     spec = r.spec
     ckpt = spec.source.checkpoint
     dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in spec.dims.items()]
-    inputs = [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype, fill=i.fill,
-                        range=i.range or (DEFAULT_FLOAT_RANGE if i.dtype.startswith(("float", "bfloat"))
-                                          else (0.0, 1.0) if i.dtype == "bool" else DEFAULT_INT_RANGE))
-              for n, i in spec.inputs.items()]
+    inputs = _inputs(spec.inputs)
+    methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
+               for n, meth in spec.methods.items()]
     backend = BACKENDS[unit.backend]
     tol = r.tolerances
     if not tol.enabled:
@@ -278,7 +299,7 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
         LoadModel(factory=spec.source.factory, kwargs=spec.source.kwargs, checkpoint=ckpt.path if ckpt else None,
                   checkpoint_sha256=ckpt.sha256 if ckpt else None, seed=spec.seed,
                   sources=_sources(project, spec.source.factory)),
-        Export(inputs=inputs, dims=dims, seed=spec.seed),
+        Export(inputs=inputs, dims=dims, seed=spec.seed, methods=methods),
         Quantize(recipe=recipe),
         Lower(backend=unit.backend, partitioners=PARTITIONERS[unit.backend], options=unit.options,
               constants=spec.constants),
@@ -286,8 +307,8 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
         Verify(run=run, reason=reason, points=_points(dims), min_cosine=tol.min_cosine,
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
-        Package(file=f"{r.model}.pte", task=spec.task,
-                outputs=[OutputPlan(name=n, shape=list(o.shape), dtype=o.dtype) for n, o in spec.outputs.items()]),
+        Package(file=f"{r.model}.pte", task=spec.task, outputs=_outputs(spec.outputs),
+                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs}),
     ]
     keyed = []
     previous = key_of(toolchain.versions)

@@ -36,6 +36,13 @@ def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]
             out.append(Diagnostic(doc.locate(("models", name, "source", "factory")),
                                   f"models.{name}.source.factory: module '{module}' not found in {folder} "
                                   "or on the Python path"))
+        for q_path, q in [(("quantization",), model.quantization)] + [
+                (("overrides", t, "quantization"), o.quantization) for t, o in model.overrides.items()]:
+            data = q.calibration.dataset if q is not None and q.calibration else None
+            if data and (Path(data).is_absolute() or ".." in Path(data).parts or not (folder / data).is_file()):
+                path = ("models", name, *q_path, "calibration", "dataset")
+                out.append(Diagnostic(doc.locate(path), f"{'.'.join(map(str, path))}: no file {data} inside the "
+                                                        "manifest's folder"))
         ckpt = model.source.checkpoint
         if ckpt is not None and not (folder / ckpt.path).is_file():
             out.append(Diagnostic(doc.locate(("models", name, "source", "checkpoint", "path")),

@@ -1,5 +1,16 @@
 """The manifest that the build tests share, built once per session (see conftest.py)."""
 
+from pathlib import Path
+
+
+def write_calibration(folder: Path) -> None:
+    """calib/conv.pt: 4 samples for the conv net's static int8 calibration (a torch.save'd list)."""
+    import torch
+
+    (folder / "calib").mkdir(exist_ok=True)
+    g = torch.Generator().manual_seed(7)
+    torch.save([[torch.rand(1, 3, 16, 16, generator=g)] for _ in range(4)], folder / "calib" / "conv.pt")
+
 SUITE = """\
 apiVersion: deployc/v1
 name: suite
@@ -25,7 +36,7 @@ models:
     source: {factory: "models.small:convnet"}
     inputs:
       image: {shape: [1, 3, 16, 16], range: [0.0, 1.0]}
-    quantization: {scheme: w8a8, calibration: {samples: 4}}
+    quantization: {scheme: w8a8, calibration: {dataset: calib/conv.pt}}
   encoder_8da4w:
     source: {factory: "models.small:text_encoder", kwargs: {vocab: 500, dim: 64}}
     inputs:
@@ -33,6 +44,24 @@ models:
     dims:
       seq: {min: 4, max: 32}
     quantization: 8da4w
+  two_tower:
+    source: {factory: "models.small:two_tower"}
+    inputs:
+      image: {shape: [1, 3, 16, 16], range: [0.0, 1.0]}
+    outputs:
+      image_embedding: {shape: [1, 32]}
+    methods:
+      encode_text:
+        inputs:
+          tokens: {shape: [1, seq], dtype: int64, range: [0, 499]}
+        outputs:
+          text_embedding: {shape: [1, 32]}
+    dims:
+      seq: {min: 2, max: 16}
+    constants: {embedding_dim: 32}
+    overrides:
+      snapdragon: {unit: cpu}
+      arduino_q: {quantization: 8da8w}
   tiny:
     source: {factory: "models.small:mlp", kwargs: {features: 16, hidden: 32, classes: 4}}
     inputs:

@@ -95,11 +95,24 @@ def build_json(manifest: Path, out: Path, cache: Path, *extra: str) -> tuple[Res
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The shared build: every backend path that builds here, real export/lower/verify. Built once."""
-    from build_suite import SUITE
+    from build_suite import SUITE, write_calibration
 
     folder = tmp_path_factory.mktemp("suite")
     manifest = make_project(folder / "project", SUITE)
+    write_calibration(manifest.parent)
     out, cache = folder / "dist", folder / "cache"
     result, report = build_json(manifest, out, cache, "--jobs", "2")
     assert result.code == 0, result.err[-3000:]
     return Built(folder / "project", manifest, out, cache, report, result)
+
+
+@pytest.fixture(scope="session")
+def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("rag")
+    project = folder / "project"
+    shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "targets", folder / "targets")
+    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache")
+    assert result.code == 0, result.err[-3000:]
+    assert {u["status"] for u in report["units"]} == {"built"}
+    return folder / "dist" / "rag-offline" / "1.0.0"

@@ -31,13 +31,33 @@ def test_every_unit_built_and_both_bundles_written(suite: Built) -> None:
         ("conv_w8a8", "arduino_q"): ("cpu", "xnnpack", "built"),
         ("encoder_8da4w", "snapdragon"): ("cpu", "xnnpack", "built"),
         ("encoder_8da4w", "arduino_q"): ("cpu", "xnnpack", "built"),
+        ("two_tower", "snapdragon"): ("cpu", "xnnpack", "built"),
+        ("two_tower", "arduino_q"): ("cpu", "xnnpack", "built"),
         ("tiny", "snapdragon"): ("gpu", "vulkan", "built"),
         ("tiny", "arduino_q"): ("mcu", "cortex_m", "built"),
     }
     assert suite.report["ok"] and set(suite.report["bundles"]) == {"snapdragon", "arduino_q"}
-    # A program shared by two targets is built once: 6 distinct programs in the cache for 10 units.
+    # A program shared by two targets is built once: 8 distinct programs in the cache for 12 units.
     entries = list((suite.cache / "programs").glob("*/*/entry.json"))
-    assert len(entries) == 6
+    assert len(entries) == 8
+
+
+def test_multi_method_program(suite: Built) -> None:
+    u = suite.unit("two_tower", "arduino_q")
+    v = u["verification"]
+    assert v["status"] == "passed" and u["quantization"] == "8da8w"
+    assert [(p["method"], p["dims"]) for p in v["points"]] == [
+        ("forward", {"seq": 2}), ("forward", {"seq": 9}), ("forward", {"seq": 16}),
+        ("encode_text", {"seq": 2}), ("encode_text", {"seq": 9}), ("encode_text", {"seq": 16})]
+    config = json.loads((suite.bundle("arduino_q") / "runtime.json").read_text())
+    program = next(p for p in config["programs"] if p["name"] == "two_tower")
+    methods = {m["name"]: m for m in program["methods"]}
+    assert set(methods) == {"forward", "encode_text", "get_embedding_dim"}
+    assert [t["name"] for t in methods["forward"]["inputs"]] == ["image"]
+    assert [t["name"] for t in methods["forward"]["outputs"]] == ["image_embedding"]
+    assert methods["encode_text"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 16}
+    assert [t["name"] for t in methods["encode_text"]["outputs"]] == ["text_embedding"]
+    assert methods["get_embedding_dim"]["inputs"] == [] and methods["encode_text"]["delegates"] == ["XnnpackBackend"]
 
 
 def test_fp32_matches_eager_at_min_mid_max(suite: Built) -> None:
@@ -59,7 +79,15 @@ def test_8da8w_is_quantized_and_within_tolerance(suite: Built) -> None:
     assert u["planned_memory_bytes"]["forward"] > 0
 
 
-def test_w8a8_conv_folds_batch_norm_and_calibrates(suite: Built) -> None:
+def test_w8a8_conv_folds_batch_norm_and_calibrates_on_the_dataset(suite: Built) -> None:
+    from deployc.plan import make_plan
+    from deployc.project import load_project
+    from deployc.toolchain import detect
+
+    plan = make_plan(load_project(suite.manifest, env={}), detect({}))
+    recipe = next(u for u in plan.units() if u.model == "conv_w8a8").step_of("quantize").recipe
+    assert recipe.calibration_dataset == "calib/conv.pt"
+    assert recipe.calibration_dataset_sha256 == file_sha256(suite.folder / "calib" / "conv.pt")
     u = suite.unit("conv_w8a8", "arduino_q")
     assert u["verification"]["status"] == "passed"
     assert u["verification"]["metrics"]["min_cosine"] > 0.99
@@ -154,7 +182,7 @@ def test_rebuilds_only_what_changed_and_recovers_corrupt_entries(suite: Built, t
     assert result.code == 0, result.err[-2000:]
     statuses = {u["model"]: u["status"] for u in report["units"]}
     assert statuses == {"mlp_fp32": "built", "mlp_8da8w": "built", "conv_w8a8": "cached",
-                        "encoder_8da4w": "cached", "tiny": "cached"}
+                        "encoder_8da4w": "cached", "two_tower": "cached", "tiny": "cached"}
     assert f"cache entry {key[:12]} is corrupt (program.pte does not match its sha256); rebuilding" in result.err
     rebuilt = next(u for u in report["units"] if u["model"] == "mlp_8da8w")
     assert file_sha256(Path(rebuilt["pte"])) == file_sha256(suite.bundle("arduino_q") / "mlp_8da8w.pte")
@@ -217,5 +245,5 @@ def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
     broken = tmp_path / "broken.pte"
     broken.write_bytes(b"\x00" * 64)
     x = [torch.ones(1, 4)]
-    result = _verify(broken, [x], [[torch.ones(1, 4)]], [{}], _start_verifier())
+    result = _verify(broken, [("forward", {}, x)], [[torch.ones(1, 4)]], _start_verifier())
     assert result["status"] == "error" and result["reason"].startswith("executorch.runtime crashed (exit code 1)")

@@ -41,7 +41,7 @@ def test_runtime_bin_decoded_by_standard_flatc_equals_runtime_json(suite: Built,
     assert from_flatc == runtime_json
     assert decode((bundle / "runtime.bin").read_bytes()) == runtime_json
     assert (bundle / "runtime.bin").read_bytes()[4:8] == b"DPLC"
-    assert runtime_json["schema_version"] == 1 and len(runtime_json["programs"]) == 5
+    assert runtime_json["schema_version"] == 1 and len(runtime_json["programs"]) == 6
 
 
 def test_newer_or_foreign_runtime_config_refused() -> None:
@@ -60,7 +60,8 @@ def test_inspect_bundle_archive_and_pte(suite: Built, cli) -> None:
     assert r.code == 0, r.err
     info = json.loads(r.out)
     assert info["verified"] and info["problems"] == []
-    assert {p["name"] for p in info["programs"]} == {"mlp_fp32", "mlp_8da8w", "conv_w8a8", "encoder_8da4w", "tiny"}
+    assert {p["name"] for p in info["programs"]} == {"mlp_fp32", "mlp_8da8w", "conv_w8a8", "encoder_8da4w",
+                                                    "two_tower", "tiny"}
     assert info["sizes"]["mlp_8da8w.pte"] == next(p for p in info["programs"] if p["name"] == "mlp_8da8w")["size_bytes"]
     r = cli("inspect", str(suite.out / "suite" / "1.0.0" / "suite-1.0.0-snapdragon.tar.gz"))
     assert r.code == 0 and "verified against bundle.lock.json: ok" in r.out

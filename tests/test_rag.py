@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, build_json, run_subprocess
+from conftest import REPO, run_subprocess
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +25,6 @@ QUESTIONS = {
     "What does a key-value cache store in a language model?": "corpus/kv_cache.md",
     "How much energy does recycling aluminium cans save?": "corpus/recycling_aluminium.md",
 }
-
-
-@pytest.fixture(scope="session")
-def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("rag")
-    project = folder / "project"
-    shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "targets", folder / "targets")
-    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache")
-    assert result.code == 0, result.err[-3000:]
-    assert {u["status"] for u in report["units"]} == {"built"}
-    return folder / "dist" / "rag-offline" / "1.0.0"
 
 
 def _bundle(rag: Path, target: str = "arduino_q"):

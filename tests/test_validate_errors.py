@@ -34,7 +34,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-key": (
         manifest("    quantizaton: 8da8w\n"),
         ["m.yaml:12:5: error: models.clf: unknown field 'quantizaton'",
-         "    hint: did you mean 'quantization'? valid fields: source, task, inputs, outputs, dims, constants, "
+         "    hint: did you mean 'quantization'? valid fields: source, task, inputs, outputs, dims, methods, constants, "
          "quantization, verify, params, "
          "seed, overrides"],
     ),

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from deployc.errors import BuildError
-from deployc.plan import Export
+from deployc.plan import DimPlan, InputPlan
 
 _HINTS = (
     ("data-dependent", "the model branches on tensor values; make the branch static or use torch.cond"),
@@ -19,19 +19,32 @@ _HINTS = (
 )
 
 
-def dynamic_shapes(step: Export) -> dict[str, Any] | None:
-    if not step.dims:
+class MethodModule(torch.nn.Module):
+    """Exports a further method of a model as a program method (torch.export traces `forward`)."""
+
+    def __init__(self, model: torch.nn.Module, function: str) -> None:
+        super().__init__()
+        self.model, self.function = model, function
+
+    def forward(self, *args: Any) -> Any:
+        return getattr(self.model, self.function)(*args)
+
+
+def dynamic_shapes(inputs: list[InputPlan], dims: list[DimPlan], by_name: bool) -> Any:
+    """torch.export's dynamic_shapes: keyed by argument name, or (for a *args wrapper) one tuple."""
+    if not dims:
         return None
-    dims = {d.name: torch.export.Dim(d.name, min=d.min, max=d.max) for d in step.dims if d.max > d.min}
-    spec: dict[str, Any] = {}
-    for inp in step.inputs:
-        spec[inp.name] = {i: dims[s] for i, s in enumerate(inp.shape) if isinstance(s, str) and s in dims} or None
-    return spec
+    symbols = {d.name: torch.export.Dim(d.name, min=d.min, max=d.max) for d in dims if d.max > d.min}
+    specs = [{i: symbols[s] for i, s in enumerate(inp.shape) if isinstance(s, str) and s in symbols} or None
+             for inp in inputs]
+    return {inp.name: spec for inp, spec in zip(inputs, specs)} if by_name else (tuple(specs),)
 
 
-def export_model(model: torch.nn.Module, example: list[torch.Tensor], step: Export) -> torch.export.ExportedProgram:
+def export_model(model: torch.nn.Module, example: list[torch.Tensor], inputs: list[InputPlan], dims: list[DimPlan],
+                 by_name: bool = True) -> torch.export.ExportedProgram:
     try:
-        return torch.export.export(model, tuple(example), dynamic_shapes=dynamic_shapes(step), strict=False)
+        shapes = dynamic_shapes(inputs, dims, by_name)
+        return torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
     except Exception as exc:  # torch.export raises many types; all become a located build failure
         text = str(exc).strip()
         first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)

@@ -28,15 +28,17 @@ def _partitioners(step: Lower, scheme: str) -> list[Any]:
     raise BuildError(f"backend {step.backend} cannot be lowered on this machine")
 
 
-def lower_program(ep: torch.export.ExportedProgram, step: Lower, scheme: str) -> tuple[dict[str, Any], Any]:
-    """(facts about the partitioned graph, executorch program manager)."""
+def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
+                  scheme: str) -> tuple[dict[str, Any], Any]:
+    """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     if step.backend == "cortex_m":
-        return _lower_cortex_m(ep, step)
+        return _lower_cortex_m(programs["forward"], step)
     try:
         constants = {f"get_{k}": v for k, v in sorted(step.constants.items())} or None
-        edge = to_edge_transform_and_lower(ep, partitioner=_partitioners(step, scheme), constant_methods=constants)
+        edge = to_edge_transform_and_lower(programs, partitioner=_partitioners(step, scheme),
+                                           constant_methods=constants)
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         program = edge.to_executorch(ExecutorchBackendConfig())
     except BuildError:
@@ -78,15 +80,17 @@ def graph_facts(edge: Any) -> dict[str, Any]:
     """Delegates per backend, the share of operators delegated, and the operators left outside."""
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-    gm = edge.exported_program().graph_module
     delegated: Counter[str] = Counter()
     delegated_ops = 0
-    for _, child in gm.named_children():
-        if isinstance(child, LoweredBackendModule):
-            delegated[child.backend_id] += 1
-            delegated_ops += sum(1 for n in child.original_module.graph.nodes if n.op == "call_function")
-    outside = [_op_name(n.target) for n in gm.graph.nodes
-               if n.op == "call_function" and _op_name(n.target) not in ("executorch_call_delegate", "getitem")]
+    outside: list[str] = []
+    for method in sorted(edge.methods):
+        gm = edge.exported_program(method).graph_module
+        for _, child in gm.named_children():
+            if isinstance(child, LoweredBackendModule):
+                delegated[child.backend_id] += 1
+                delegated_ops += sum(1 for n in child.original_module.graph.nodes if n.op == "call_function")
+        outside += [_op_name(n.target) for n in gm.graph.nodes
+                    if n.op == "call_function" and _op_name(n.target) not in ("executorch_call_delegate", "getitem")]
     total = delegated_ops + len(outside)
     return {
         "delegates": dict(sorted(delegated.items())),

@@ -77,8 +77,17 @@ def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]
     return files, problems
 
 
-def model_output_ports(spec: ModelSpec) -> dict[str, Port]:
-    return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in spec.outputs.items()}
+def signature(spec: ModelSpec, method: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(inputs, outputs) of one of the model's methods; None when it has no such method."""
+    if method == "forward":
+        return spec.inputs, spec.outputs
+    m = spec.methods.get(method)
+    return (m.inputs, m.outputs) if m else None
+
+
+def model_output_ports(spec: ModelSpec, method: str = "forward") -> dict[str, Port]:
+    sig = signature(spec, method)
+    return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in sig[1].items()} if sig else {}
 
 
 def stage_outputs(stage: Any, manifest: Manifest) -> dict[str, Port]:
@@ -87,7 +96,7 @@ def stage_outputs(stage: Any, manifest: Manifest) -> dict[str, Port]:
         return {"input_ids": tokens, "attention_mask": tokens}
     if isinstance(stage, ModelStage):
         spec = manifest.models.get(stage.model)
-        return model_output_ports(spec) if spec else {}
+        return model_output_ports(spec, stage.method) if spec else {}
     if isinstance(stage, VectorSearchStage):
         return {"chunks": CHUNKS, "text": TEXT, "scores": Port("tensor", "float32", (stage.top_k,))}
     if isinstance(stage, TemplateStage):
@@ -246,27 +255,30 @@ class _Checker:
                               self.where(name, "model")):
                 return
             spec = self.m.models[s.model]
-            if s.method != "forward":
+            sig = signature(spec, s.method)
+            if sig is None:
                 self.err(self.stage_path(name, "method"), f"{self.where(name, 'method')}: model '{s.model}' has "
-                         f"only the method 'forward'")
-            if not spec.outputs:
+                         f"no method '{s.method}'", closest(s.method, ["forward", *spec.methods]))
+                return
+            inputs, outputs = sig
+            if not outputs:
                 self.err(self.stage_path(name, "model"), f"{self.where(name, 'model')}: model '{s.model}' must "
-                         "declare its `outputs` to be used in a pipeline")
-            missing = [n for n in spec.inputs if n not in s.inputs]
+                         f"declare the `outputs` of {s.method} to be used in a pipeline")
+            missing = [n for n in inputs if n not in s.inputs]
             if missing:
                 self.err(self.stage_path(name, "inputs"), f"{self.where(name, 'inputs')}: model '{s.model}' "
                          f"needs inputs {', '.join(missing)}", key=True)
             for port, ref in s.inputs.items():
                 field = f"inputs.{port}"
                 got = self.resolve(ref, self.stage_path(name, field), self.where(name, field))
-                if port not in spec.inputs:
+                if port not in inputs:
                     self.err(self.stage_path(name, field), f"{self.where(name, field)}: model '{s.model}' has no "
-                             f"input '{port}'", closest(port, spec.inputs), key=True)
+                             f"input '{port}'", closest(port, inputs), key=True)
                     continue
-                want = spec.inputs[port]
+                want = inputs[port]
                 self.expect(got, Port("tensor", want.dtype, tuple(want.shape)), self.stage_path(name, field),
                             self.where(name, field))
-                self.token_lengths(ref, s.model, port, name, field)
+                self.token_lengths(ref, s.model, want.shape, port, name, field)
         elif isinstance(s, VectorSearchStage):
             got = self.resolve(s.query, self.stage_path(name, "query"), self.where(name, "query"))
             if self.known("index", s.index, self.p.indexes, self.stage_path(name, "index"), self.where(name, "index")):
@@ -311,13 +323,13 @@ class _Checker:
             self.expect(self.resolve(s.prompt, self.stage_path(name, "prompt"), self.where(name, "prompt")), TEXT,
                         self.stage_path(name, "prompt"), self.where(name, "prompt"))
 
-    def token_lengths(self, ref: str, model: str, port: str, name: str, field: str) -> None:
+    def token_lengths(self, ref: str, model: str, shape: list[Any], port: str, name: str, field: str) -> None:
         """A tokenize stage must not produce more tokens than the model's dim allows."""
         spec = self.m.models[model]
         source = self.stages.get(ref.split(".")[0])
         if not isinstance(source, TokenizeStage):
             return
-        for d in spec.inputs[port].shape:
+        for d in shape:
             if isinstance(d, str) and d in spec.dims and spec.dims[d].max < source.max_length:
                 self.err(self.stage_path(name, field), f"{self.where(name, field)}: stage '{source.name}' "
                          f"produces up to {source.max_length} tokens, but model '{model}' input '{port}' "

@@ -112,7 +112,7 @@ def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callab
                  verifier: subprocess.Popen[str] | None) -> dict[str, Any]:
     import torch
 
-    from deployc.graph.export import export_model
+    from deployc.graph.export import MethodModule, export_model
     from deployc.graph.inputs import export_point, make_inputs
     from deployc.graph.lower import lower_program, program_facts
     from deployc.graph.model import load_model
@@ -131,10 +131,15 @@ def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callab
 
     step("load")
     model = load_model(load, manifest_dir)
-    example = make_inputs(export.inputs, export_point(export.dims), export.seed)
-    points = [make_inputs(export.inputs, p, export.seed + 1 + i) for i, p in enumerate(verify.points)]
+    # forward first, then the further methods; each has its own inputs, all share the dims.
+    signatures = [("forward", "forward", export.inputs)] + [(m.name, m.function, m.inputs) for m in export.methods]
+    examples = {name: make_inputs(inputs, export_point(export.dims), export.seed) for name, _, inputs in signatures}
+    checks: list[tuple[str, dict[str, int], list[Any]]] = []  # (method, dims, inputs) at every point
+    for name, _, inputs in signatures:
+        checks += [(name, p, make_inputs(inputs, p, export.seed + 1 + i)) for i, p in enumerate(verify.points)]
+    functions = {name: getattr(model, function) for name, function, _ in signatures}
     with torch.no_grad():
-        references = [[t.detach().clone() for t in _flatten(model(*p))] for p in points]
+        references = [[t.detach().clone() for t in _flatten(functions[name](*inp))] for name, _, inp in checks]
     lap("load")
 
     recipe = quant.recipe
@@ -143,18 +148,20 @@ def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callab
         model = torchao_quantize(model, recipe)
         lap("quantize")
         step("export")
-    ep = export_model(model, example, export)
+    programs = {name: export_model(model if name == "forward" else MethodModule(model, function), examples[name],
+                                   inputs, export.dims, by_name=name == "forward")
+                for name, function, inputs in signatures}
     fault_point("export")
     lap("export")
-    if recipe.method == "pt2e":
+    if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
         step("quantize")
-        calibration = [make_inputs(export.inputs, export_point(export.dims), (recipe.calibration_seed or 0) + 1000 + j)
-                       for j in range(recipe.calibration_samples or 1)]
-        ep = pt2e_quantize(ep, lower.backend, recipe, calibration, lambda m: export_model(m, example, export))
+        calibration = _calibration(recipe, export, manifest_dir, make_inputs, export_point)
+        programs["forward"] = pt2e_quantize(programs["forward"], lower.backend, recipe, calibration,
+                                            lambda m: export_model(m, examples["forward"], export.inputs, export.dims))
         lap("quantize")
 
     step("lower")
-    facts, program = lower_program(ep, lower, recipe.scheme)
+    facts, program = lower_program(programs, lower, recipe.scheme)
     facts.update(program_facts(program))
     lap("lower")
     step("serialize")
@@ -162,10 +169,11 @@ def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callab
     pte.write_bytes(program.buffer)
     lap("serialize")
 
-    outputs = _output_shapes(references)
+    outputs = {name: _output_shapes([r for (m, _, _), r in zip(checks, references) if m == name])
+               for name, _, _ in signatures}
     if verifier is not None:
         step("verify")
-        verification = _verify(pte, points, references, verify.points, verifier)
+        verification = _verify(pte, checks, references, verifier)
         lap("verify")
     else:
         verification = {"status": "not-run", "reason": verify.reason}
@@ -177,11 +185,33 @@ def _build_steps(unit: UnitPlan, manifest_dir: Path, staging: Path, step: Callab
         "size_bytes": pte.stat().st_size,
         "inputs": [i.model_dump(mode="json") for i in export.inputs],
         "dims": [d.model_dump(mode="json") for d in export.dims],
-        "outputs": outputs,
+        "outputs": outputs["forward"],
+        "signatures": {name: {"inputs": [i.model_dump(mode="json") for i in inputs], "outputs": outputs[name]}
+                       for name, _, inputs in signatures},
         **facts,
         "verification": verification,
         "durations_s": durations,
     }
+
+
+def _calibration(recipe: Any, export: Any, manifest_dir: Path, make_inputs: Any, export_point: Any) -> list[Any]:
+    """The manifest's dataset (sha256-checked), or seeded random samples within the inputs' ranges."""
+    if not recipe.calibration_dataset:
+        return [make_inputs(export.inputs, export_point(export.dims), (recipe.calibration_seed or 0) + 1000 + j)
+                for j in range(recipe.calibration_samples or 1)]
+    import torch
+
+    from deployc.fingerprint import file_sha256
+
+    path = manifest_dir / recipe.calibration_dataset
+    if file_sha256(path) != recipe.calibration_dataset_sha256:
+        raise BuildError(f"calibration dataset {recipe.calibration_dataset} changed since the plan was made")
+    samples = torch.load(path, weights_only=True)
+    if not isinstance(samples, (list, tuple)) or not samples or not all(
+            isinstance(s, (list, tuple)) and len(s) == len(export.inputs) for s in samples):
+        raise BuildError(f"calibration dataset {recipe.calibration_dataset}: expected a non-empty list of samples, "
+                         f"each a list of {len(export.inputs)} tensor(s) in input order")
+    return [list(s) for s in samples]
 
 
 def _output_shapes(references: list[list[Any]]) -> list[dict[str, Any]]:
@@ -198,7 +228,7 @@ def _output_shapes(references: list[list[Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]], sizes: list[dict[str, int]],
+def _verify(pte: Path, checks: list[tuple[str, dict[str, int], list[Any]]], references: list[list[Any]],
             verifier: subprocess.Popen[str]) -> dict[str, Any]:
     import torch
 
@@ -206,7 +236,7 @@ def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]], siz
 
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
-        torch.save(points, inputs_path)
+        torch.save([(method, inputs) for method, _, inputs in checks], inputs_path)
         try:
             _, stderr = verifier.communicate(f"{pte} {inputs_path} {outputs_path}\n", timeout=VERIFY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -220,13 +250,13 @@ def _verify(pte: Path, points: list[list[Any]], references: list[list[Any]], siz
             return {"status": "error", "reason": f"executorch.runtime crashed ({how}): {tail[:400]}"}
         result = torch.load(outputs_path, weights_only=True)
     measured = []
-    for size, ref, got in zip(sizes, references, result["outputs"]):
+    for (method, size, _), ref, got in zip(checks, references, result["outputs"]):
         if len(ref) != len(got):
             return {"status": "error", "reason": f"program returned {len(got)} outputs, eager {len(ref)}"}
         try:
             metrics = [compare(r.float().numpy(), g.float().numpy()) for r, g in zip(ref, got)]
         except ValueError as exc:
             return {"status": "error", "reason": f"at {size}: {exc}"}
-        measured.append({"dims": size, "outputs": metrics})
+        measured.append({"method": method, "dims": size, "outputs": metrics})
     return {"status": "measured", "points": measured, "summary": summarize(measured),
             "latency_ms": round(result["latency_ms"], 4), "load_s": round(result["load_s"], 4)}

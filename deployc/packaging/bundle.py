@@ -64,13 +64,14 @@ def _verification(v: dict[str, Any]) -> dict[str, Any]:
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
     rep = r.report
     dims = {d["name"]: {"min": d["min"], "max": d["max"]} for d in rep["dims"]}
-    declared = [o.name for o in r.unit.step_of("package").outputs]
-    outputs = [{**o, "name": declared[i] if i < len(declared) else o["name"]} for i, o in enumerate(rep["outputs"])]
+    package = r.unit.step_of("package")
     methods = []
     for name, m in sorted(rep["methods"].items()):
-        forward = name == "forward"  # the others are constant methods (get_<name>): no inputs
-        methods.append({"name": name, "inputs": _tensors(rep["inputs"], dims) if forward else [],
-                        "outputs": _tensors(outputs, dims) if forward else [],
+        signature = rep["signatures"].get(name)  # absent for constant methods (get_<name>): no inputs
+        inputs, outputs = (signature["inputs"], signature["outputs"]) if signature else ([], [])
+        declared = package.outputs if name == "forward" else package.method_outputs.get(name, [])
+        outputs = [{**o, "name": declared[i].name if i < len(declared) else o["name"]} for i, o in enumerate(outputs)]
+        methods.append({"name": name, "inputs": _tensors(inputs, dims), "outputs": _tensors(outputs, dims),
                         "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
                         "delegates": m["delegates"]})
     return {

@@ -28,17 +28,20 @@ class Bundle:
         self.folder = folder
         self.config = json.loads((folder / "runtime.json").read_text())
         self.programs = {p["name"]: p for p in self.config["programs"]}
-        self._methods: dict[str, Any] = {}
+        self._programs: dict[str, Any] = {}
+        self._methods: dict[tuple[str, str], Any] = {}
         self._tokenizers: dict[tuple[str, int | None], Any] = {}
         self._indexes: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
 
     # ---- resources, loaded once -------------------------------------------------------------------------
-    def method(self, program: str) -> Any:
-        if program not in self._methods:
+    def method(self, program: str, name: str = "forward") -> Any:
+        if (program, name) not in self._methods:
             from deployc.runtime.host import load_program
 
-            self._methods[program] = load_program(self.folder / self.programs[program]["file"]).load_method("forward")
-        return self._methods[program]
+            if program not in self._programs:
+                self._programs[program] = load_program(self.folder / self.programs[program]["file"])
+            self._methods[(program, name)] = self._programs[program].load_method(name)
+        return self._methods[(program, name)]
 
     def tokenizer(self, file: str, max_length: int | None) -> Any:
         key = (file, max_length)
@@ -54,10 +57,12 @@ class Bundle:
         return self._indexes[file]
 
     # ---- programs ---------------------------------------------------------------------------------------
-    def check_inputs(self, program: str, tensors: list[np.ndarray]) -> None:
+    def signature(self, program: str, method: str) -> dict[str, Any]:
+        return next(m for m in self.programs[program]["methods"] if m["name"] == method)
+
+    def check_inputs(self, program: str, tensors: list[np.ndarray], method: str = "forward") -> None:
         """The declared dynamic ranges: the ExecuTorch runtime only checks buffer capacity."""
-        forward = next(m for m in self.programs[program]["methods"] if m["name"] == "forward")
-        for spec, t in zip(forward["inputs"], tensors):
+        for spec, t in zip(self.signature(program, method)["inputs"], tensors):
             if len(spec["shape"]) != t.ndim:
                 raise UserError.at(self.folder, f"program {program} input {spec['name']}: rank {t.ndim}, "
                                                 f"declared {len(spec['shape'])}")
@@ -67,12 +72,12 @@ class Bundle:
                     raise UserError.at(self.folder, f"program {program} input {spec['name']}: {name} = {size} is "
                                                     f"outside the declared range [{d['min']}, {d['max']}]")
 
-    def call(self, program: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
+    def call(self, program: str, tensors: list[np.ndarray], method: str = "forward") -> list[np.ndarray]:
         import torch
 
-        self.check_inputs(program, tensors)
+        self.check_inputs(program, tensors, method)
         try:
-            outs = self.method(program)([torch.from_numpy(np.ascontiguousarray(t)) for t in tensors])
+            outs = self.method(program, method)([torch.from_numpy(np.ascontiguousarray(t)) for t in tensors])
         except RuntimeError as exc:
             raise RunError(f"program {program} failed: {exc}") from exc
         return [o.detach().numpy().copy() for o in outs]
@@ -91,7 +96,7 @@ class Bundle:
         t = time.perf_counter()
         for stage in pipeline["stages"]:  # load every program first: stage latencies exclude loading
             if stage["program"]:
-                self.method(stage["program"])
+                self.method(stage["program"], stage["method"])
         load_ms = round((time.perf_counter() - t) * 1000.0, 3)
         latency: dict[str, float] = {}
         for stage in pipeline["stages"]:
@@ -109,9 +114,9 @@ class Bundle:
             ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"])
             return {"input_ids": ids, "attention_mask": mask}
         if op == "model":
-            forward = next(m for m in self.programs[stage["program"]]["methods"] if m["name"] == "forward")
-            outs = self.call(stage["program"], [args[i["name"]] for i in forward["inputs"]])
-            return {o["name"]: v for o, v in zip(forward["outputs"], outs)}
+            signature = self.signature(stage["program"], stage["method"])
+            outs = self.call(stage["program"], [args[i["name"]] for i in signature["inputs"]], stage["method"])
+            return {o["name"]: v for o, v in zip(signature["outputs"], outs)}
         if op == "vector_search":
             return self.search(params, args["query"])
         if op == "template":

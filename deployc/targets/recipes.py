@@ -23,6 +23,8 @@ class Recipe(BaseModel):
     group_size: int | None = None
     calibration_samples: int | None = None
     calibration_seed: int | None = None
+    calibration_dataset: str | None = None  # relative to the manifest
+    calibration_dataset_sha256: str | None = None
 
 
 _TABLE: dict[tuple[str, str], tuple[Method, str]] = {
@@ -54,6 +56,7 @@ def recipe_for(backend: str, quant: QuantSpec) -> Recipe | None:
         group_size=(quant.group_size or DEFAULT_GROUP_SIZE) if scheme.grouped else None,
         calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
         calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
+        calibration_dataset=cal.dataset if cal and scheme.calibrated else None,
     )
 
 

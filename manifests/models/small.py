@@ -61,3 +61,25 @@ def convnet(channels: int = 8, classes: int = 10) -> nn.Module:
 
 def text_encoder(vocab: int = 1000, dim: int = 64, heads: int = 4) -> nn.Module:
     return TextEncoder(vocab, dim, heads)
+
+
+class TwoTower(nn.Module):
+    """An image tower (forward) and a text tower (encode_text) sharing one projection: two methods of
+    one program, sharing weights."""
+
+    def __init__(self, dim: int = 32, vocab: int = 500) -> None:
+        super().__init__()
+        self.image = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                   nn.Flatten(), nn.Linear(8, dim))
+        self.text = nn.Embedding(vocab, dim)
+        self.project = nn.Linear(dim, dim)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.project(self.image(image))
+
+    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.project(self.text(tokens).mean(dim=1))
+
+
+def two_tower(dim: int = 32, vocab: int = 500) -> nn.Module:
+    return TwoTower(dim, vocab)

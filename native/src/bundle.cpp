@@ -1,0 +1,211 @@
+#include "bundle.h"
+
+#include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "sha256.h"
+
+namespace deployc {
+
+using executorch::aten::ScalarType;
+using executorch::extension::Module;
+using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::Span;
+
+struct Bundle::Loaded {
+  std::unique_ptr<Module> module;
+  // Per method: one arena of exactly the config's planned size, cut into the program's buffers.
+  std::map<std::string, std::vector<uint8_t>> arenas;
+  std::map<std::string, std::vector<Span<uint8_t>>> spans;
+  std::map<std::string, std::unique_ptr<HierarchicalAllocator>> planned;
+};
+
+Bundle::~Bundle() = default;
+
+namespace {
+Failure fail(int code, const std::string& msg) { return Failure{code, msg}; }
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ScalarType scalar_type(const std::string& dtype) {
+  if (dtype == "int64") return ScalarType::Long;
+  if (dtype == "int32") return ScalarType::Int;
+  return ScalarType::Float;
+}
+
+std::string dtype_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::Long: return "int64";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Float: return "float32";
+    default: return "unsupported";
+  }
+}
+}  // namespace
+
+std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
+  std::unique_ptr<Bundle> b(new Bundle());
+  b->dir_ = dir;
+  std::string err = read_runtime_config(dir + "/runtime.bin", b->config_);
+  if (!err.empty()) {
+    failure = fail(2, err);
+    return nullptr;
+  }
+  std::vector<std::pair<std::string, std::string>> files;  // every file the config names, with its sha256
+  for (const auto& p : b->config_.programs) files.emplace_back(p.file, p.sha256);
+  for (const auto& a : b->config_.assets) files.emplace_back(a.file, a.sha256);
+  for (const auto& [file, sha] : files) {
+    if (file.empty() || file[0] == '/' || file.find("..") != std::string::npos) {
+      failure = fail(2, "runtime.bin names an unsafe path: " + file);
+      return nullptr;
+    }
+    std::string path = dir + "/" + file;
+    if (!std::filesystem::is_regular_file(path)) {
+      failure = fail(2, file + ": missing from the bundle");
+      return nullptr;
+    }
+    if (file_sha256(path) != sha) {
+      failure = fail(2, file + ": sha256 does not match runtime.bin");
+      return nullptr;
+    }
+  }
+  return b;
+}
+
+Failure Bundle::load(const std::string& program, const std::string& method, double* milliseconds) {
+  const ProgramSpec* p = nullptr;
+  for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
+  if (!p) return fail(2, "no program named '" + program + "' in the bundle");
+  const MethodSpec* m = p->method(method);
+  if (!m) return fail(2, "program '" + program + "' has no method '" + method + "'");
+  double start = now_ms();
+  auto& slot = loaded_[program];
+  if (!slot) {
+    slot = std::make_unique<Loaded>();
+    slot->module = std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap);
+  }
+  if (slot->planned.count(method)) return {};
+  auto meta = slot->module->method_meta(method);
+  if (!meta.ok()) return fail(1, program + "." + method + ": cannot read method metadata (error " +
+                                 std::to_string(static_cast<int>(meta.error())) + ")");
+  uint64_t needed = 0;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < meta->num_memory_planned_buffers(); ++i) {
+    sizes.push_back(static_cast<size_t>(meta->memory_planned_buffer_size(i).get()));
+    needed += sizes.back();
+  }
+  if (needed != m->planned_memory_bytes) {
+    std::ostringstream msg;
+    msg << program << "." << method << ": runtime.bin plans " << m->planned_memory_bytes
+        << " bytes but the program needs " << needed << "; the config does not belong to this program";
+    return fail(2, msg.str());
+  }
+  auto& arena = slot->arenas[method];
+  arena.assign(m->planned_memory_bytes, 0);
+  auto& spans = slot->spans[method];
+  size_t offset = 0;
+  for (size_t s : sizes) {
+    spans.emplace_back(arena.data() + offset, s);
+    offset += s;
+  }
+  slot->planned[method] = std::make_unique<HierarchicalAllocator>(Span<Span<uint8_t>>(spans.data(), spans.size()));
+  auto err = slot->module->load_method(method, slot->planned[method].get());
+  if (err != executorch::runtime::Error::Ok) {
+    slot->planned.erase(method);
+    return fail(1, program + "." + method + ": load failed (error 0x" +
+                       [&] { std::ostringstream h; h << std::hex << static_cast<int>(err); return h.str(); }() +
+                       "); is the backend (" + (m->delegates.empty() ? "portable" : m->delegates[0]) +
+                       ") registered in this runtime?");
+  }
+  if (milliseconds) *milliseconds = now_ms() - start;
+  // Declared warm-up: zeros at each input's smallest allowed shape.
+  if (method == "forward" && p->warmup > 0 && !m->inputs.empty()) {
+    std::vector<Array> inputs;
+    for (const auto& t : m->inputs) {
+      Array a;
+      a.dtype = t.dtype;
+      for (const auto& d : t.shape) a.shape.push_back(d.value >= 0 ? d.value : d.min);
+      a.data.assign(a.numel() * dtype_size(a.dtype), 0);
+      inputs.push_back(a);
+    }
+    std::vector<Array> ignored;
+    for (int i = 0; i < p->warmup; ++i) {
+      Failure f = run(program, method, inputs, ignored);
+      if (f) return f;
+    }
+  }
+  return {};
+}
+
+Failure Bundle::check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<Array>& inputs) const {
+  if (inputs.size() != m.inputs.size()) {
+    std::ostringstream msg;
+    msg << p.name << "." << m.name << " takes " << m.inputs.size() << " input(s), got " << inputs.size();
+    return fail(2, msg.str());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& spec = m.inputs[i];
+    const auto& a = inputs[i];
+    if (a.dtype != spec.dtype) return fail(2, p.name + " input " + spec.name + ": dtype " + a.dtype + ", declared " + spec.dtype);
+    if (a.shape.size() != spec.shape.size())
+      return fail(2, p.name + " input " + spec.name + ": rank " + std::to_string(a.shape.size()) + ", declared " +
+                         std::to_string(spec.shape.size()));
+    for (size_t axis = 0; axis < a.shape.size(); ++axis) {
+      const Dim& d = spec.shape[axis];
+      int64_t lo = d.value >= 0 ? d.value : d.min, hi = d.value >= 0 ? d.value : d.max;
+      if (a.shape[axis] < lo || a.shape[axis] > hi) {
+        std::ostringstream msg;
+        msg << p.name << " input " << spec.name << ": " << (d.symbol.empty() ? "dim " + std::to_string(axis) : d.symbol)
+            << " = " << a.shape[axis] << " is outside the declared range [" << lo << ", " << hi << "]";
+        return fail(2, msg.str());
+      }
+    }
+  }
+  return {};
+}
+
+Failure Bundle::run(const std::string& program, const std::string& method, const std::vector<Array>& inputs,
+                    std::vector<Array>& outputs, double* milliseconds) {
+  if (Failure f = load(program, method)) return f;
+  const ProgramSpec* p = nullptr;
+  for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
+  const MethodSpec* m = p->method(method);
+  if (Failure f = check_inputs(*p, *m, inputs)) return f;
+  std::vector<executorch::extension::TensorPtr> tensors;
+  std::vector<EValue> values;
+  for (const auto& a : inputs) {
+    std::vector<executorch::aten::SizesType> sizes(a.shape.begin(), a.shape.end());
+    tensors.push_back(executorch::extension::make_tensor_ptr(sizes, const_cast<uint8_t*>(a.data.data()),
+                                                             scalar_type(a.dtype)));
+    values.emplace_back(*tensors.back());
+  }
+  double start = now_ms();
+  auto result = loaded_[program]->module->execute(method, values);
+  if (milliseconds) *milliseconds = now_ms() - start;
+  if (!result.ok())
+    return fail(1, program + "." + method + ": execution failed (error " +
+                       std::to_string(static_cast<int>(result.error())) + ")");
+  outputs.clear();
+  for (const auto& v : result.get()) {
+    if (!v.isTensor()) continue;
+    const auto& t = v.toTensor();
+    Array a;
+    a.dtype = dtype_name(t.scalar_type());
+    for (auto s : t.sizes()) a.shape.push_back(s);
+    a.data.resize(t.nbytes());
+    std::memcpy(a.data.data(), t.const_data_ptr(), t.nbytes());
+    outputs.push_back(std::move(a));
+  }
+  return {};
+}
+
+}  // namespace deployc

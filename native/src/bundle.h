@@ -1,0 +1,42 @@
+// A bundle opened for execution: config read and verified, every file checked against its sha256
+// BEFORE any program is loaded (an XNNPACK program loaded without its data crashes the process).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "npy.h"
+
+namespace deployc {
+
+struct Failure {
+  int exit_code = 0;  // 0: ok; 1: runtime failure; 2: bad bundle or bad input
+  std::string message;
+  explicit operator bool() const { return exit_code != 0; }
+};
+
+class Bundle {
+ public:
+  static std::unique_ptr<Bundle> open(const std::string& dir, Failure& failure);
+  ~Bundle();
+  const RuntimeConfig& config() const { return config_; }
+  const std::string& dir() const { return dir_; }
+
+  // Runs program.method on inputs (checked against the declared dtypes and dynamic ranges first).
+  Failure run(const std::string& program, const std::string& method, const std::vector<Array>& inputs,
+              std::vector<Array>& outputs, double* milliseconds = nullptr);
+  // Loads a method, sizing its planned memory from the config; runs the declared warm-up.
+  Failure load(const std::string& program, const std::string& method, double* milliseconds = nullptr);
+
+ private:
+  struct Loaded;
+  Bundle() = default;
+  Failure check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<Array>& inputs) const;
+  std::string dir_;
+  RuntimeConfig config_;
+  std::map<std::string, std::unique_ptr<Loaded>> loaded_;
+};
+
+}  // namespace deployc

@@ -1,0 +1,63 @@
+// The runtime configuration as plain C++ data. Deliberately free of flatbuffers and ExecuTorch types.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deployc {
+
+constexpr uint32_t kSchemaVersion = 1;  // the newest runtime.bin schema this runner understands
+
+struct Dim {
+  int64_t value = -1;  // >= 0: fixed size; -1: dynamic within [min, max]
+  std::string symbol;
+  int64_t min = 0, max = 0;
+};
+
+struct TensorSpec {
+  std::string name, dtype;
+  std::vector<Dim> shape;
+};
+
+struct MethodSpec {
+  std::string name;
+  std::vector<TensorSpec> inputs, outputs;
+  uint64_t planned_memory_bytes = 0;
+  std::vector<std::string> operators, delegates;
+};
+
+struct ProgramSpec {
+  std::string name, file, sha256, unit, backend, quantization, verification;
+  uint64_t size_bytes = 0;
+  int threads = 0, warmup = 0;
+  std::vector<MethodSpec> methods;
+  const MethodSpec* method(const std::string& n) const {
+    for (const auto& m : methods) if (m.name == n) return &m;
+    return nullptr;
+  }
+};
+
+struct AssetSpec {
+  std::string name, file, sha256, kind;
+};
+
+struct StageSpec {
+  std::string name, op, program, method, params_json;
+  std::vector<std::string> inputs, outputs;
+};
+
+struct RuntimeConfig {
+  uint32_t schema_version = 0;
+  std::string deployc_version, name, version, target;
+  std::vector<ProgramSpec> programs;
+  std::vector<AssetSpec> assets;
+  bool has_pipeline = false;
+  std::vector<std::string> pipeline_inputs, pipeline_outputs;
+  std::vector<StageSpec> stages;
+};
+
+// Reads and verifies runtime.bin (identifier, flatbuffer verifier, schema version).
+// Returns an empty string on success, else what is wrong.
+std::string read_runtime_config(const std::string& path, RuntimeConfig& out);
+
+}  // namespace deployc

@@ -1,0 +1,110 @@
+// deployc-runner: the native reference runner for deployc bundles.
+//
+//   deployc-runner BUNDLE                                   verify the bundle, print what it holds
+//   deployc-runner BUNDLE --program NAME [--method M] --input A.npy [--input B.npy ...]
+//                         [--output-dir DIR] [--repeat N]   run one method, write output_<i>.npy
+//   deployc-runner BUNDLE --pipeline [--set STAGE.PORT=FILE.npy ...] [--text INPUT=VALUE ...]
+//                         [--until STAGE]                   run the pipeline graph, print JSON
+//
+// Exit codes: 0 ok, 1 the runtime failed, 2 bad bundle or bad input.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bundle.h"
+#include "pipeline.h"
+
+using namespace deployc;
+
+namespace {
+int usage() {
+  std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
+               "[--repeat N]] [--pipeline [--set STAGE.PORT=FILE.npy] [--text NAME=VALUE] [--until STAGE]]\n";
+  return 2;
+}
+
+int report(const Failure& f) {
+  std::cerr << "error: " << f.message << "\n";
+  return f.exit_code;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  std::string dir = argv[1], program, method = "forward", output_dir, until;
+  std::vector<std::string> input_files;
+  std::map<std::string, Array> sets;
+  std::map<std::string, std::string> texts;
+  bool pipeline = false;
+  int repeat = 1;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--program") program = next();
+    else if (a == "--method") method = next();
+    else if (a == "--input") input_files.push_back(next());
+    else if (a == "--output-dir") output_dir = next();
+    else if (a == "--repeat") repeat = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--pipeline") pipeline = true;
+    else if (a == "--until") until = next();
+    else if (a == "--set" || a == "--text") {
+      std::string kv = next();
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) return usage();
+      if (a == "--text") {
+        texts[kv.substr(0, eq)] = kv.substr(eq + 1);
+      } else {
+        Array arr;
+        std::string err = read_npy(kv.substr(eq + 1), arr);
+        if (!err.empty()) return report({2, err});
+        sets[kv.substr(0, eq)] = arr;
+      }
+    } else return usage();
+  }
+  Failure f;
+  auto bundle = Bundle::open(dir, f);
+  if (!bundle) return report(f);
+  const auto& c = bundle->config();
+  if (pipeline) {
+    nlohmann::json result;
+    if (Failure pf = run_pipeline(*bundle, sets, texts, until, result)) return report(pf);
+    std::cout << result.dump(2) << "\n";
+    return 0;
+  }
+  if (program.empty()) {
+    std::cout << c.name << " " << c.version << " for " << c.target << " (schema " << c.schema_version << "): "
+              << c.programs.size() << " program(s), " << c.assets.size() << " asset(s), all sha256 ok\n";
+    for (const auto& p : c.programs)
+      for (const auto& m : p.methods)
+        std::cout << "  " << p.name << "." << m.name << ": " << p.backend << " " << p.quantization << ", "
+                  << m.inputs.size() << " input(s), planned " << m.planned_memory_bytes << " B\n";
+    return 0;
+  }
+  std::vector<Array> inputs, outputs;
+  for (const auto& file : input_files) {
+    Array a;
+    std::string err = read_npy(file, a);
+    if (!err.empty()) return report({2, err});
+    inputs.push_back(a);
+  }
+  double load_ms = 0;
+  if (Failure lf = bundle->load(program, method, &load_ms)) return report(lf);
+  std::vector<double> times;
+  for (int r = 0; r < repeat; ++r) {
+    double ms = 0;
+    if (Failure rf = bundle->run(program, method, inputs, outputs, &ms)) return report(rf);
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  std::printf("{\"program\": \"%s\", \"method\": \"%s\", \"load_ms\": %.4f, \"median_ms\": %.4f, \"outputs\": %zu}\n",
+              program.c_str(), method.c_str(), load_ms, times[times.size() / 2], outputs.size());
+  if (!output_dir.empty())
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::string err = write_npy(output_dir + "/output_" + std::to_string(i) + ".npy", outputs[i]);
+      if (!err.empty()) return report({1, err});
+    }
+  return 0;
+}
