@@ -69,3 +69,18 @@ models:
     overrides:
       arduino_q: {unit: mcu, quantization: w8a8}
 """
+
+# One small model, for tests that build many times (kill points, concurrency, full disk).
+TINY = """\
+apiVersion: deployc/v1
+name: tiny
+version: 0.1.0
+targets: [arduino_q]
+models:
+  net:
+    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 16, classes: 2}}
+    inputs:
+      x: {shape: [batch, 8]}
+    dims:
+      batch: {min: 1, max: 4}
+"""

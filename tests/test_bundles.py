@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from build_suite import TINY
 from conftest import Built, build_json, make_project
 from deployc.cache import Cache
 from deployc.packaging.runtime_config import SCHEMA_PATH, ConfigError, decode, encode, normalize
@@ -140,19 +141,6 @@ def test_two_clean_builds_are_byte_identical_with_any_worker_count(suite: Built,
     assert compare_trees(suite.out, tmp_path / "dist") == []
 
 
-TINY = """\
-apiVersion: deployc/v1
-name: tiny
-version: 0.1.0
-targets: [arduino_q]
-models:
-  net:
-    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 16, classes: 2}}
-    inputs:
-      x: {shape: [batch, 8]}
-    dims:
-      batch: {min: 1, max: 4}
-"""
 
 
 @pytest.fixture(scope="module")

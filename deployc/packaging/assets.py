@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from deployc.build import UnitResult
 from deployc.cache import Cache
 from deployc.errors import BuildError
@@ -75,6 +73,8 @@ def _index(project: Project, name: str, ix: IndexAsset, program: UnitResult, cac
             if proc.returncode != 0:
                 tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
                 raise BuildError(f"index {name}: embedding the corpus failed (exit {proc.returncode}): {tail[:400]}")
+            import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
+
             vectors = np.load(staging / "vectors.npy").astype("<f4")
             (staging / "vectors.f32").write_bytes(vectors.tobytes())
             meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": name, "model": ix.model,

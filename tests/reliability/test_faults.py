@@ -11,24 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from build_suite import TINY
 from conftest import REPO, build_json, make_project
 from deployc.cache import Cache
 from deployc.packaging.inspection import verify_bundle
 from deployc.reproducibility import compare_trees
 
-TINY = """\
-apiVersion: deployc/v1
-name: tiny
-version: 0.1.0
-targets: [arduino_q]
-models:
-  net:
-    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 16, classes: 2}}
-    inputs:
-      x: {shape: [batch, 8]}
-    dims:
-      batch: {min: 1, max: 4}
-"""
 
 
 def _entry(tmp_path: Path) -> tuple[Cache, str]:
