@@ -65,6 +65,8 @@ def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, j
     cache = Cache(cache_dir or default_cache_dir())
     status = {u.program_key: cache.status(u.program_key, unit_id(u.model, u.target, u.unit))
               for u in build_plan.units()}
+    status.update({a.key: "cached" if cache.of_kind("indexes").has(a.key) else "new"
+                   for t in build_plan.targets for a in t.assets if a.kind == "vector_index"})
     if json_out:
         console.document({"plan": plan_json(build_plan), "cache": status})
         return
@@ -81,6 +83,13 @@ def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, j
     console.table(table)
     for line in skipped:
         console.result(line)
+    indexes = cache.of_kind("indexes")
+    for t in build_plan.targets:
+        for a in t.assets:
+            if a.kind == "vector_index":
+                state = "cached" if indexes.has(a.key) else "new"
+                console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
+                               f"({state}, {a.key[:12]})")
 
 
 @app.command("build")
@@ -118,7 +127,7 @@ def build_cmd(
         if failed:
             not_written[t.profile] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
-        assets = build_assets(project, t.target, results, cache, console.status)
+        assets = build_assets(project, t, results, cache, console.status)
         bundles[t.profile] = write_bundle(build_plan, t, units, project, out, force, assets)
     report = BuildReport(list(results.values()), bundles, not_written)
     differences: list[str] | None = None

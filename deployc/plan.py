@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deployc.errors import Diagnostic, PlanError
 from deployc.fingerprint import file_sha256, key_of
+from deployc.graph.pipeline import corpus_files, tokenizer_file
 from deployc.graph.source import module_roots, source_files
 from deployc.project import Project
 from deployc.quantization import SCHEMES
@@ -164,12 +165,40 @@ class UnitPlan(_Rec):
         return next(s for s in self.steps if s.step == kind)
 
 
+class TokenizerAssetPlan(_Rec):
+    kind: Literal["tokenizer"] = "tokenizer"
+    name: str
+    file: str  # inside the bundle
+    sha256: str
+
+
+class IndexAssetPlan(_Rec):
+    """A vector index, embedded at build time by the target's built embedder program."""
+
+    kind: Literal["vector_index"] = "vector_index"
+    name: str
+    file: str  # the index's JSON inside the bundle; vectors go beside it as <name>.f32
+    model: str
+    program_key: str  # the embedder's program on this target
+    tokenizer: str
+    tokenizer_sha256: str
+    max_tokens: int
+    words: int
+    overlap: int
+    corpus: list[SourceFile]  # relative to the manifest's folder
+    key: str = ""  # content key of the built index: everything above
+
+
+AssetPlan = Annotated[Union[TokenizerAssetPlan, IndexAssetPlan], Field(discriminator="kind")]
+
+
 class TargetPlan(_Rec):
     target: str
     profile: str
     profile_sha256: str
     device: dict[str, str]
     units: list[UnitPlan]
+    assets: list[AssetPlan] = []
 
 
 class ManifestRef(_Rec):
@@ -323,6 +352,32 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
                     warmup=unit.warmup, steps=keyed, skipped=skipped)
 
 
+def _assets(project: Project, units: list[UnitPlan]) -> list[Any]:
+    """The pipeline's tokenizer files and vector indexes for one target."""
+    pipeline = project.manifest.pipeline
+    if pipeline is None:
+        return []
+    folder = project.folder
+    tokenizers = {name: tokenizer_file(t, folder) for name, t in pipeline.tokenizers.items()}
+    out: list[Any] = [TokenizerAssetPlan(name=name, file=f"assets/tokenizers/{name}.json",
+                                         sha256=file_sha256(path))
+                      for name, path in sorted(tokenizers.items()) if path is not None]
+    programs = {u.model: u.program_key for u in units}
+    for name, ix in sorted(pipeline.indexes.items()):
+        spec = project.manifest.models[ix.model]
+        first = next(iter(spec.inputs.values()))
+        dynamic = [spec.dims[d].max for d in first.shape if isinstance(d, str)]
+        files, _ = corpus_files(ix, folder)
+        plan = IndexAssetPlan(
+            name=name, file=f"assets/indexes/{name}.json", model=ix.model, program_key=programs[ix.model],
+            tokenizer=ix.tokenizer, tokenizer_sha256=file_sha256(tokenizers[ix.tokenizer]),  # type: ignore[arg-type]
+            max_tokens=min(dynamic) if dynamic else int(first.shape[-1]),
+            words=ix.chunking.words, overlap=ix.chunking.overlap,
+            corpus=[SourceFile(path=f.relative_to(folder).as_posix(), sha256=file_sha256(f)) for f in files])
+        out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json", exclude={"key", "name", "file"}))}))
+    return out
+
+
 def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = None) -> BuildPlan:
     m = project.manifest
     if only_target is not None and only_target not in m.targets:
@@ -353,7 +408,8 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         loaded = project.profiles[t]
         p = loaded.profile
         targets.append(TargetPlan(target=t, profile=p.name, profile_sha256=key_of(p.model_dump(mode="json")),
-                                  device=p.device.model_dump(exclude_defaults=True), units=units))
+                                  device=p.device.model_dump(exclude_defaults=True), units=units,
+                                  assets=_assets(project, units)))
     return BuildPlan(
         manifest=ManifestRef(name=m.name, version=m.version, path=project.path.name,
                              sha256=file_sha256(project.path)),

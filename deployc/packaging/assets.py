@@ -17,10 +17,10 @@ from typing import Any
 from deployc.build import UnitResult
 from deployc.cache import Cache
 from deployc.errors import BuildError
-from deployc.fingerprint import file_sha256, key_of
+from deployc.fingerprint import file_sha256
 from deployc.graph.corpus import chunk_corpus
-from deployc.graph.pipeline import corpus_files, tokenizer_file
-from deployc.manifest import IndexAsset, Manifest
+from deployc.graph.pipeline import tokenizer_file
+from deployc.plan import IndexAssetPlan, TargetPlan, TokenizerAssetPlan
 from deployc.project import Project
 
 INDEX_SCHEMA_VERSION = 1
@@ -34,25 +34,19 @@ class Asset:
     source: Path
 
 
-def _max_tokens(m: Manifest, model: str) -> int:
-    spec = m.models[model]
-    first = next(iter(spec.inputs.values()))
-    dynamic = [spec.dims[d].max for d in first.shape if isinstance(d, str)]
-    return min(dynamic) if dynamic else int(first.shape[-1])
-
-
-def _index(project: Project, name: str, ix: IndexAsset, program: UnitResult, cache: Cache,
-           progress: Any) -> Path:
+def _index(project: Project, plan: IndexAssetPlan, program: UnitResult, cache: Cache, progress: Any) -> Path:
     folder = project.folder
-    tokenizer = tokenizer_file(project.manifest.pipeline.tokenizers[ix.tokenizer], folder)  # type: ignore[union-attr]
-    assert tokenizer is not None  # checked at load time
-    files, _ = corpus_files(ix, folder)
-    max_tokens = _max_tokens(project.manifest, ix.model)
-    key = key_of({"schema": INDEX_SCHEMA_VERSION, "program": program.unit.program_key,
-                  "tokenizer": file_sha256(tokenizer), "max_tokens": max_tokens,
-                  "corpus": [[f.relative_to(folder).as_posix(), file_sha256(f)] for f in files],
-                  "chunking": ix.chunking.model_dump()})
+    pipeline = project.manifest.pipeline
+    assert pipeline is not None
+    tokenizer = tokenizer_file(pipeline.tokenizers[plan.tokenizer], folder)
+    files = [folder / f.path for f in plan.corpus]
+    # The plan hashed these files; what is used now must be what was hashed.
+    if tokenizer is None or file_sha256(tokenizer) != plan.tokenizer_sha256 or any(
+            file_sha256(p) != f.sha256 for p, f in zip(files, plan.corpus)):
+        raise BuildError(f"index {plan.name}: the tokenizer or a corpus file changed since the plan was made")
     store = cache.of_kind("indexes")
+    key = plan.key
+    name = plan.name
     entry, warning = store.get(key)
     if warning:
         progress(warning)
@@ -63,12 +57,12 @@ def _index(project: Project, name: str, ix: IndexAsset, program: UnitResult, cac
         if entry is not None:
             return entry.path
         progress(f"  index {name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
-        chunks = chunk_corpus(files, folder, ix.chunking.words, ix.chunking.overlap)
+        chunks = chunk_corpus(files, folder, plan.words, plan.overlap)
         staging = store.tmp_dir()
         try:
             (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
             proc = subprocess.run([sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program),
-                                   str(tokenizer), str(max_tokens), str(staging / "texts.json"),
+                                   str(tokenizer), str(plan.max_tokens), str(staging / "texts.json"),
                                    str(staging / "vectors.npy")], capture_output=True, text=True)
             if proc.returncode != 0:
                 tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
@@ -77,7 +71,7 @@ def _index(project: Project, name: str, ix: IndexAsset, program: UnitResult, cac
 
             vectors = np.load(staging / "vectors.npy").astype("<f4")
             (staging / "vectors.f32").write_bytes(vectors.tobytes())
-            meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": name, "model": ix.model,
+            meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": name, "model": plan.model,
                     "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]), "metric": "cosine",
                     "vectors": f"{name}.f32",
                     "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks]}
@@ -90,19 +84,19 @@ def _index(project: Project, name: str, ix: IndexAsset, program: UnitResult, cac
             raise
 
 
-def build_assets(project: Project, target: str, results: dict[str, UnitResult], cache: Cache,
+def build_assets(project: Project, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
                  progress: Any) -> list[Asset]:
     pipeline = project.manifest.pipeline
-    if pipeline is None:
-        return []
     assets = []
-    for name, t in sorted(pipeline.tokenizers.items()):
-        path = tokenizer_file(t, project.folder)
-        assert path is not None
-        assets.append(Asset(name, "tokenizer", f"assets/tokenizers/{name}.json", path))
-    for name, ix in sorted(pipeline.indexes.items()):
-        built = _index(project, name, ix, results[f"{ix.model}@{target}"], cache, progress)
-        assets.append(Asset(name, "vector_index", f"assets/indexes/{name}.json", built / "index.json"))
-        assets.append(Asset(f"{name}.vectors", "vector_index_vectors", f"assets/indexes/{name}.f32",
-                            built / "vectors.f32"))
+    for a in target.assets:
+        if isinstance(a, TokenizerAssetPlan):
+            path = tokenizer_file(pipeline.tokenizers[a.name], project.folder)  # type: ignore[union-attr]
+            if path is None or file_sha256(path) != a.sha256:
+                raise BuildError(f"tokenizer {a.name} changed since the plan was made")
+            assets.append(Asset(a.name, "tokenizer", a.file, path))
+        else:
+            built = _index(project, a, results[f"{a.model}@{target.target}"], cache, progress)
+            assets.append(Asset(a.name, "vector_index", a.file, built / "index.json"))
+            assets.append(Asset(f"{a.name}.vectors", "vector_index_vectors", a.file.removesuffix(".json") + ".f32",
+                                built / "vectors.f32"))
     return assets
