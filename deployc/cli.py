@@ -57,6 +57,7 @@ def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, j
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
     from deployc.cache import Cache, default_cache_dir, unit_id
     from deployc.plan import make_plan, plan_json
+    from deployc.schema_base import format_size
     from deployc.project import load_project
     from deployc.toolchain import detect
 
@@ -83,6 +84,13 @@ def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, j
     console.table(table)
     for line in skipped:
         console.result(line)
+    for u in build_plan.units():
+        budget = u.step_of("budget")
+        limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
+        if budget.estimate_bytes is not None and limit is not None and budget.estimate_bytes > limit:
+            console.warn(f"{u.model} on {u.target} ({u.unit}): weights alone are estimated at "
+                         f"{format_size(budget.estimate_bytes)} from `params`, over the unit's "
+                         f"{format_size(limit)} budget; the build will check the real size")
     indexes = cache.of_kind("indexes")
     for t in build_plan.targets:
         for a in t.assets:

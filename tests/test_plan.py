@@ -250,3 +250,14 @@ def test_plan_cli_bad_target(project: Path, cli) -> None:
     r = cli("plan", str(path), "--target", "pixel")
     assert r.code == 2
     assert "--target pixel: not one of this manifest's targets: snapdragon, arduino_q" in r.err
+
+
+def test_plan_warns_when_declared_params_exceed_a_budget(project: Path, cli) -> None:
+    body = "    params: 5000000\n    overrides:\n      arduino_q: {unit: mcu}\n"
+    path = write_manifest(project, body, quant="w8a8", dims=False, targets="[arduino_q]")
+    r = cli("plan", str(path))
+    assert r.code == 0
+    assert ("warning: clf on arduino_q (mcu): weights alone are estimated at 4.77 MiB from `params`, over the "
+            "unit's 1.50 MiB budget; the build will check the real size") in r.err
+    plan = make_plan(load_project(path), toolchain())
+    assert plan.units()[0].step_of("budget").estimate_bytes == 5_000_000

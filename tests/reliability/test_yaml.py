@@ -1,0 +1,45 @@
+"""Hostile YAML: refused within a second, with bounded memory; only plain types load."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+from deployc.errors import UserError
+from deployc.yaml_io import load_text
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        refs = ",".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    (_bomb(9), "alias bomb"),
+    ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper"),
+    ("a: " + "x" * (2 << 20) + "\n", "larger than"),
+])
+def test_hostile_yaml_refused_fast_with_bounded_memory(text: str, message: str) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    with pytest.raises(UserError) as info:
+        load_text(text, Path("evil.yaml"))
+    assert time.perf_counter() - t < 1.0
+    assert message in info.value.diagnostics[0].message
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 200 * 1024
+
+
+def test_only_plain_yaml_types_load() -> None:
+    with pytest.raises(UserError) as info:
+        load_text("a: !!python/object/apply:os.system ['true']\n", Path("evil.yaml"))
+    assert "unsupported YAML tag" in info.value.diagnostics[0].message
+    with pytest.raises(UserError) as info:
+        load_text("base: &b {x: 1}\nother:\n  <<: *b\n", Path("merge.yaml"))
+    assert "merge keys" in info.value.diagnostics[0].message
