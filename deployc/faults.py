@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("export", "cache-write", "package-staged", "package-archived")
+# The points: export, cache-write (worker processes), package-staged, package-archived (the build).
 
 
 def fault_point(name: str) -> None:

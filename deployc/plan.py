@@ -8,7 +8,6 @@ never labels: two targets lowering the same model the same way share one program
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -418,7 +417,3 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
 
 def plan_json(plan: BuildPlan) -> dict[str, Any]:
     return plan.model_dump(mode="json")
-
-
-def load_plan_file(path: Path) -> BuildPlan:
-    return BuildPlan.model_validate_json(path.read_text())

@@ -25,7 +25,3 @@ def load_program(path: Path, data_path: Path | None = None) -> Any:
     return c._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
                            program_verification=c.Verification.InternalConsistency,
                            data_path=str(data_path) if data_path else None)
-
-
-def registered_backends() -> list[str]:
-    return list(_c()._get_registered_backend_names())
