@@ -1,0 +1,147 @@
+"""How results look to people: the tables and lines the commands print through the Console.
+(--json output is the data itself and needs no view.)"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from deployc.console import Console
+from deployc.schema_base import format_size
+
+if TYPE_CHECKING:
+    from deployc.build import BuildReport
+    from deployc.plan import BuildPlan
+    from deployc.targets.profile import LoadedProfile
+
+
+def render_plan(console: Console, build_plan: BuildPlan, status: dict[str, str]) -> None:
+    m = build_plan.manifest
+    console.result(f"{m.name} {m.version}: {len(build_plan.units())} unit(s), "
+                   f"{len(build_plan.programs())} distinct program(s)")
+    table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
+    skipped: list[str] = []
+    for u in build_plan.units():
+        dims = ", ".join(f"{d.name}={d.min}..{d.max}" for d in u.step_of("export").dims) or "static"
+        table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.step_of("lower").partitioners) or "-",
+                      u.quantization, dims, status[u.program_key], u.program_key[:12])
+        skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
+    console.table(table)
+    for line in skipped:
+        console.result(line)
+    for u in build_plan.units():
+        budget = u.step_of("budget")
+        limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
+        if budget.estimate_bytes is not None and limit is not None and budget.estimate_bytes > limit:
+            console.warn(f"{u.model} on {u.target} ({u.unit}): weights alone are estimated at "
+                         f"{format_size(budget.estimate_bytes)} from `params`, over the unit's "
+                         f"{format_size(limit)} budget; the build will check the real size")
+    for t in build_plan.targets:
+        for a in t.assets:
+            if a.kind == "vector_index":
+                console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
+                               f"({status[a.key]}, {a.key[:12]})")
+
+
+def render_build(console: Console, report: BuildReport) -> None:
+    table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
+                  "latency")
+    for r in report.units:
+        rep = r.report
+        v = r.verification
+        metrics = v.get("metrics")
+        vtext = v.get("status", "-")
+        if metrics:
+            vtext += f" (cos {metrics['min_cosine']:.5f}, {metrics['min_sqnr_db']:.1f} dB)"
+        planned = max((m["planned_memory_bytes"] for m in rep.get("methods", {}).values()), default=None)
+        latency = rep.get("verification", {}).get("latency_ms")
+        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
+                      r.status, format_size(rep["size_bytes"]) if rep else "-",
+                      format_size(planned) if planned is not None else "-",
+                      f"{rep['delegated_share']:.0%}" if rep else "-", vtext,
+                      f"{latency:.2f} ms" if latency is not None else "-")
+    console.table(table)
+    for r in report.failed:
+        console.result(f"FAILED {r.unit.model} on {r.unit.target} ({r.unit.unit}) at {r.step}: {r.error}")
+    for r in report.units:
+        if r.verification.get("status") == "not-run":
+            console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification['reason']}")
+    for t, b in report.bundles.items():
+        console.result(f"bundle {t}: {b['dir']}  ({b['archive']})")
+    for t, why in report.skipped_bundles.items():
+        console.result(f"no bundle for {t}: {why}")
+
+
+def render_inspect(console: Console, info: dict[str, Any]) -> None:
+    if "bundle" in info:
+        b = info["bundle"]
+        console.result(f"{info['path']}: {b['name']} {b['version']} for {b['target']} "
+                       f"({info['device'].get('soc', '?')}), {format_size(info['total_bytes'])}")
+        table = Table("program", "unit", "backend", "quant", "size", "method", "inputs", "outputs", "planned mem",
+                      "delegates", "verification")
+        for p in info["programs"]:
+            v = p["verification"]
+            vtext = v["status"] + (f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else "")
+            for m in p["methods"]:
+                shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
+                    str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
+                    for d in t["shape"]) + "]"
+                table.add_row(p["name"], p["unit"], p["backend"], p["quantization"], format_size(p["size_bytes"]),
+                              m["name"], " ".join(shape(t) for t in m["inputs"]),
+                              " ".join(shape(t) for t in m["outputs"]), format_size(m["planned_memory_bytes"]),
+                              ", ".join(m["delegates"]) or "-", vtext)
+        console.table(table)
+        for p in info["programs"]:
+            for m in p["methods"]:
+                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators'])}")
+    console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
+    for problem in info["problems"]:
+        console.result(f"  {problem}")
+
+
+def render_pte(console: Console, info: dict[str, Any]) -> None:
+    console.result(f"{info['path']}: ExecuTorch program, {format_size(info['size_bytes'])}, constants "
+                   f"{format_size(info['constant_bytes'])}, delegate segments {format_size(info['segment_bytes'])}")
+    for m in info["methods"]:
+        console.result(f"  {m['name']}: {m['inputs']} input(s), {m['outputs']} output(s), planned memory "
+                       f"{format_size(m['planned_memory_bytes'])}, delegates {', '.join(m['delegates']) or '-'}")
+        console.result(f"    operators: {', '.join(m['operators']) or '-'}")
+
+
+def render_diff(console: Console, result: dict[str, Any]) -> None:
+    if result["identical"]:
+        console.result("identical")
+        return
+    for f in result["files"]:
+        console.result(f"{f['change']:>8}  {f['file']}  {f['size_a']} -> {f['size_b']}")
+    for p in result["programs"]:
+        for k, (va, vb) in p["changes"].items():
+            console.result(f"  {p['program']}.{k}: {va} -> {vb}")
+
+
+def render_run(console: Console, result: dict[str, Any]) -> None:
+    for name, value in result["outputs"].items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "text" in value[0]:
+            console.result(f"{name}:")
+            for c in value:
+                console.result(f"  [{c['score']:.3f}] {c['source']}: {c['text'][:100]}")
+        else:
+            console.result(f"{name}: {value}")
+    console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
+                   + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+
+
+def render_profile(console: Console, loaded: LoadedProfile) -> None:
+    p = loaded.profile
+    console.result(f"{p.name}: {p.description}".rstrip(": "))
+    console.result(f"  from: {' <- '.join(str(f) for f in loaded.files)}")
+    console.result(f"  device: {p.device.soc}, {p.device.os}, {p.device.abi}")
+    table = Table("unit", "backend", "quantization", "threads", "budgets")
+    for u in p.units:
+        budgets = u.budgets.model_dump(exclude_none=True) if u.budgets else {}
+        table.add_row(u.name, u.backend, ", ".join(u.quantization), str(u.threads or "-"),
+                      ", ".join(f"{k}={format_size(v)}" for k, v in budgets.items()) or "-")
+    console.table(table)
+    overall = ", ".join(f"{k}={format_size(v)}" for k, v in p.budgets.model_dump(exclude_none=True).items())
+    console.result(f"  budgets: {overall or '-'}; fallback: {p.fallback}")
