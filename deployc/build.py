@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployc.cache import Cache
+from deployc.cache import Cache, Entry
 from deployc.graph.metrics import judge
 from deployc.graph.program_builder import PROGRAM_FILE, REPORT_FILE, build_program, init_worker
 from deployc.plan import BuildPlan, UnitPlan
@@ -153,10 +153,9 @@ def _compare_outputs(method: str, declared: list[Any], actual: list[dict[str, An
     return None
 
 
-def _judge(unit: UnitPlan, result: dict[str, Any], cache: Cache) -> UnitResult:
+def _judge(unit: UnitPlan, result: dict[str, Any], entry: Entry | None) -> UnitResult:
     if result.get("status") == "failed":
         return UnitResult(unit, "failed", result.get("step"), result.get("error"))
-    entry, _ = cache.get(unit.program_key)
     if entry is None:
         return UnitResult(unit, "failed", "cache", "the built program vanished from the cache")
     report = json.loads(entry.file(REPORT_FILE).read_text())
@@ -208,4 +207,7 @@ def build(plan: BuildPlan, project: Project, cache: Cache, jobs: int, progress: 
                 warn(r["warning"])
         results.update(built)
         progress(f"built in {time.perf_counter() - t:.1f} s")
-    return {f"{u.model}@{u.target}": _judge(u, results[u.program_key], cache) for u in plan.units()}
+    # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
+    entries = {key: cache.get(key)[0] if results[key].get("status") != "failed" else None for key in programs}
+    return {f"{u.model}@{u.target}": _judge(u, results[u.program_key], entries[u.program_key])
+            for u in plan.units()}
