@@ -7,21 +7,16 @@ The parent process never imports torch: a no-op rebuild only hashes cached files
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-import queue
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deployc.cache import Cache, Entry
 from deployc.graph.metrics import judge
-from deployc.graph.program_builder import PROGRAM_FILE, REPORT_FILE, build_program, init_worker
+from deployc.executors import Executor
+from deployc.graph.program_builder import PROGRAM_FILE, REPORT_FILE
 from deployc.plan import BuildPlan, UnitPlan
 from deployc.project import Project
 from deployc.schema_base import format_size
@@ -38,6 +33,8 @@ class UnitResult:
     report: dict[str, Any] = field(default_factory=dict)
     verification: dict[str, Any] = field(default_factory=dict)
     program: Path | None = None
+    node: dict[str, Any] | None = None  # where it was built (None: taken from the cache)
+    attempts: int = 0
 
     def to_json(self) -> dict[str, Any]:
         r = self.report
@@ -55,6 +52,8 @@ class UnitResult:
             "verification": self.verification,
             "latency_ms": r.get("verification", {}).get("latency_ms"),
             "durations_s": r.get("durations_s"),
+            "built_on": self.node,
+            "attempts": self.attempts,
             "failure": {"step": self.step, "error": self.error} if self.status == "failed" else None,
         }
 
@@ -72,44 +71,6 @@ class BuildReport:
     def to_json(self) -> dict[str, Any]:
         return {"units": [u.to_json() for u in self.units], "bundles": self.bundles,
                 "bundles_not_written": self.skipped_bundles, "ok": not self.failed}
-
-
-def _run_workers(todo: list[UnitPlan], project: Project, cache: Cache, jobs: int,
-                 progress: Progress) -> dict[str, dict[str, Any]]:
-    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
-    events = ctx.Queue()
-    stop = threading.Event()
-
-    def drain() -> None:
-        while not stop.is_set():
-            try:
-                label, step = events.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError):
-                return
-            progress(f"  {label}: {step}")
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    results: dict[str, dict[str, Any]] = {}
-    payloads = {u.program_key: {"unit": u.model_dump(mode="json"), "cache": str(cache.root),
-                                "manifest_dir": str(project.folder.resolve())} for u in todo}
-    try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker,
-                                 initargs=(events, threads, str(cache.root / "logs"))) as pool:
-            futures = {key: pool.submit(build_program, p) for key, p in payloads.items()}
-            for key, fut in futures.items():
-                try:
-                    results[key] = fut.result()
-                except BrokenProcessPool:
-                    results[key] = {"key": key, "status": "failed", "step": "build",
-                                    "error": "the worker process died (killed, or crashed in native code)"}
-    finally:
-        stop.set()
-        reader.join(timeout=2)
-    return results
 
 
 def _budget_problems(unit: UnitPlan, report: dict[str, Any]) -> list[str]:
@@ -154,10 +115,12 @@ def _compare_outputs(method: str, declared: list[Any], actual: list[dict[str, An
 
 
 def _judge(unit: UnitPlan, result: dict[str, Any], entry: Entry | None) -> UnitResult:
+    node, attempts = result.get("node"), result.get("attempts", 0)
     if result.get("status") == "failed":
-        return UnitResult(unit, "failed", result.get("step"), result.get("error"))
+        return UnitResult(unit, "failed", result.get("step"), result.get("error"), node=node, attempts=attempts)
     if entry is None:
-        return UnitResult(unit, "failed", "cache", "the built program vanished from the cache")
+        return UnitResult(unit, "failed", "cache", "the built program vanished from the cache", node=node,
+                          attempts=attempts)
     report = json.loads(entry.file(REPORT_FILE).read_text())
     v = unit.step_of("verify")
     tolerance = {"min_cosine": v.min_cosine, "min_sqnr_db": v.min_sqnr_db, "max_abs": v.max_abs}
@@ -180,10 +143,10 @@ def _judge(unit: UnitPlan, result: dict[str, Any], entry: Entry | None) -> UnitR
     over = _budget_problems(unit, report)
     if over and status != "failed":
         status, step, error = "failed", "budget", "; ".join(over)
-    return UnitResult(unit, status, step, error, report, verification, entry.file(PROGRAM_FILE))
+    return UnitResult(unit, status, step, error, report, verification, entry.file(PROGRAM_FILE), node, attempts)
 
 
-def build(plan: BuildPlan, project: Project, cache: Cache, jobs: int, progress: Progress,
+def build(plan: BuildPlan, project: Project, cache: Cache, executor: Executor, progress: Progress,
           warn: Progress) -> dict[str, UnitResult]:
     """Build every distinct program (or find it cached); judge every unit."""
     programs = plan.programs()
@@ -198,10 +161,10 @@ def build(plan: BuildPlan, project: Project, cache: Cache, jobs: int, progress: 
         else:
             todo.append(unit)
     if todo:
-        progress(f"building {len(todo)} program(s) with {min(jobs, len(todo))} worker(s); "
+        progress(f"building {len(todo)} program(s) with {executor.describe(len(todo))}; "
                  f"{len(programs) - len(todo)} cached")
         t = time.perf_counter()
-        built = _run_workers(todo, project, cache, min(jobs, len(todo)), progress)
+        built = executor.run(todo, project, cache, progress)
         for key, r in built.items():
             if r.get("warning"):
                 warn(r["warning"])
@@ -209,5 +172,8 @@ def build(plan: BuildPlan, project: Project, cache: Cache, jobs: int, progress: 
         progress(f"built in {time.perf_counter() - t:.1f} s")
     # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
     entries = {key: cache.get(key)[0] if results[key].get("status") != "failed" else None for key in programs}
+    for entry in entries.values():
+        if entry is not None:
+            cache.publish(entry)  # what local workers built reaches a shared cache too
     return {f"{u.model}@{u.target}": _judge(u, results[u.program_key], entries[u.program_key])
             for u in plan.units()}

@@ -4,10 +4,15 @@ An entry is a directory named by its program key, holding the artifact files and
 sha256 and size of each file). Writers take a per-key file lock, re-check, build into a temp dir in
 the same store and rename it into place, so a reader sees a complete entry or none. Every read
 re-hashes the files; a corrupted entry is removed and reported as missing.
+
+A cache at an fsspec URL (`--cache-dir s3://...`) is a local mirror in front of a SharedStore:
+reads fall through to the shared store (verified, then kept in the mirror); every new entry is
+published to it. Programs are built and packaged from local files either way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +26,7 @@ from typing import Literal
 from filelock import FileLock
 
 from deployc.fingerprint import file_sha256
+from deployc.shared_store import CorruptEntry, SharedStore, is_url
 
 ENTRY_SCHEMA_VERSION = 1
 ENTRY_FILE = "entry.json"
@@ -28,11 +34,26 @@ ENTRY_FILE = "entry.json"
 Status = Literal["cached", "stale", "new"]
 
 
-def default_cache_dir() -> Path:
-    if os.environ.get("DEPLOYC_CACHE_DIR"):
-        return Path(os.environ["DEPLOYC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "deployc"
+def _user_cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "deployc"
+
+
+def cache_spec(option: str | None) -> str:
+    """--cache-dir, else $DEPLOYC_CACHE_DIR, else ~/.cache/deployc: a path or an fsspec URL."""
+    return option or os.environ.get("DEPLOYC_CACHE_DIR") or str(_user_cache_home())
+
+
+def mirror_dir(url: str) -> Path:
+    """Where a shared cache's entries are kept on this machine ($DEPLOYC_CACHE_MIRROR overrides)."""
+    if os.environ.get("DEPLOYC_CACHE_MIRROR"):
+        return Path(os.environ["DEPLOYC_CACHE_MIRROR"])
+    return _user_cache_home() / "shared" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+
+
+def open_cache(spec: str) -> "Cache":
+    if is_url(spec):
+        return Cache(mirror_dir(spec), shared=SharedStore(spec))
+    return Cache(Path(spec))
 
 
 @dataclass(frozen=True)
@@ -46,12 +67,18 @@ class Entry:
 
 
 class Cache:
-    def __init__(self, root: Path, kind: str = "programs") -> None:
+    def __init__(self, root: Path, kind: str = "programs", shared: SharedStore | None = None) -> None:
         self.root = root
         self.kind = kind  # programs, indexes: separate namespaces sharing locks and temp space
+        self.shared = shared
+
+    @property
+    def spec(self) -> str:
+        """What another process passes to open_cache() to reach the same entries."""
+        return self.shared.url if self.shared else str(self.root)
 
     def of_kind(self, kind: str) -> "Cache":
-        return Cache(self.root, kind)
+        return Cache(self.root, kind, self.shared)
 
     def _dir(self, key: str) -> Path:
         return self.root / self.kind / key[:2] / key
@@ -61,7 +88,7 @@ class Cache:
 
     def has(self, key: str) -> bool:
         """Cheap presence check (no hashing), for `plan`."""
-        return (self._dir(key) / ENTRY_FILE).is_file()
+        return (self._dir(key) / ENTRY_FILE).is_file() or bool(self.shared and self.shared.has(self.kind, key))
 
     def status(self, key: str, unit_id: str) -> Status:
         if self.has(key):
@@ -71,6 +98,29 @@ class Cache:
 
     def get(self, key: str) -> tuple[Entry | None, str | None]:
         """The verified entry, or (None, why it was discarded) / (None, None) when absent."""
+        entry, warning = self._get_local(key)
+        if entry is not None or self.shared is None:
+            return entry, warning
+        with self.lock(key):
+            entry, _ = self._get_local(key)
+            if entry is not None:
+                return entry, warning
+            staging = self.tmp_dir()
+            try:
+                found = self.shared.download(self.kind, key, staging)
+            except CorruptEntry as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                self.shared.discard(self.kind, key)
+                return None, f"shared cache entry {key[:12]} is corrupt ({exc}); rebuilding"
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            if not found:
+                shutil.rmtree(staging, ignore_errors=True)
+                return None, warning
+            return self._put_local(key, staging), warning
+
+    def _get_local(self, key: str) -> tuple[Entry | None, str | None]:
         d = self._dir(key)
         meta = d / ENTRY_FILE
         if not meta.is_file():
@@ -112,8 +162,20 @@ class Cache:
             yield
 
     def put(self, key: str, staging: Path, unit_id: str | None = None) -> Entry:
-        """Move a fully written `staging` dir (under tmp_dir()) into place as entry `key`."""
-        files = {}
+        """Move a fully written `staging` dir (under tmp_dir()) into place as entry `key`; publish it."""
+        entry = self._put_local(key, staging)
+        if unit_id is not None:
+            self.remember(unit_id, key)
+        self.publish(entry)
+        return entry
+
+    def publish(self, entry: Entry) -> None:
+        """Make a local entry visible in the shared store (a no-op without one, or when it is there)."""
+        if self.shared is not None:
+            self.shared.upload(self.kind, entry.key, entry.path, entry.files)
+
+    def _put_local(self, key: str, staging: Path) -> Entry:
+        files: dict[str, dict[str, int | str]] = {}
         for f in sorted(staging.iterdir()):
             if f.is_file() and f.name != ENTRY_FILE:
                 files[f.name] = {"sha256": file_sha256(f), "size": f.stat().st_size}
@@ -124,8 +186,6 @@ class Cache:
         if target.exists():  # a corrupt leftover; the lock holder may replace it
             self._discard(key)
         os.replace(staging, target)
-        if unit_id is not None:
-            self.remember(unit_id, key)
         return Entry(key, target, files)
 
     def remember(self, unit_id: str, key: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -52,22 +53,28 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
         raise UserError(problems)
 
 
-CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", help="cache directory (default: $DEPLOYC_CACHE_DIR "
-                                                                   "or ~/.cache/deployc)")]
+CacheOpt = Annotated[Optional[str], typer.Option(
+    "--cache-dir", help="cache directory or fsspec URL shared between machines (file://, s3://, gs://, ...); "
+                        "default: $DEPLOYC_CACHE_DIR or ~/.cache/deployc")]
+class ExecutorName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
 
 
 @app.command()
 def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, json_out: JsonOpt = False) -> None:
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
-    from deployc.cache import Cache, default_cache_dir, unit_id
+    from deployc.cache import cache_spec, open_cache, unit_id
     from deployc.plan import make_plan, plan_json
     from deployc.project import load_project
     from deployc.toolchain import detect
 
     console = Console(json_mode=json_out)
     build_plan = make_plan(load_project(manifest), detect(), target)
-    cache = Cache(cache_dir or default_cache_dir())
+    cache = open_cache(cache_spec(cache_dir))
     status = {u.program_key: cache.status(u.program_key, unit_id(u.model, u.target, u.unit))
               for u in build_plan.units()}
     status.update({a.key: "cached" if cache.of_kind("indexes").has(a.key) else "new"
@@ -83,8 +90,14 @@ def build_cmd(
     manifest: Path,
     target: TargetOpt = None,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("dist"),
-    jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core)")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core); with "
+                                      "--executor ray and no --ray-address, the local cluster's CPUs")] = 0,
     cache_dir: CacheOpt = None,
+    executor: Annotated[ExecutorName, typer.Option(
+        "--executor", help="where units are built: worker processes here, or Ray tasks")] = ExecutorName.local,
+    ray_address: Annotated[Optional[str], typer.Option(
+        "--ray-address", help="Ray cluster to run on (default: $RAY_ADDRESS, else a local cluster for this build)")
+    ] = None,
     json_out: JsonOpt = False,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing release with other content")] = False,
     check_reproducible: Annotated[bool, typer.Option(
@@ -92,8 +105,9 @@ def build_cmd(
 ) -> None:
     """Build, verify and package bundles (default out dir dist/)."""
     from deployc.build import BuildReport, build
-    from deployc.cache import Cache, default_cache_dir
+    from deployc.cache import cache_spec, open_cache
     from deployc.errors import BuildError
+    from deployc.executors import make_executor
     from deployc.packaging.assets import build_assets
     from deployc.packaging.bundle import write_bundle
     from deployc.plan import make_plan
@@ -101,10 +115,13 @@ def build_cmd(
     from deployc.toolchain import detect
 
     console = Console(json_mode=json_out)
+    if ray_address and executor is not ExecutorName.ray:
+        raise UserError("--ray-address needs --executor ray")
+    runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address)
     project = load_project(manifest)
     build_plan = make_plan(project, detect(), target)
-    cache = Cache(cache_dir or default_cache_dir())
-    results = build(build_plan, project, cache, jobs or os.cpu_count() or 1, console.status, console.warn)
+    cache = open_cache(cache_spec(cache_dir))
+    results = build(build_plan, project, cache, runner, console.status, console.warn)
     bundles: dict[str, dict[str, str]] = {}
     not_written: dict[str, str] = {}
     for t in build_plan.targets:

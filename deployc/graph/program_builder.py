@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployc.cache import Cache, unit_id
+from deployc.cache import open_cache, unit_id
 from deployc.errors import BuildError
 from deployc.faults import fault_point
 from deployc.plan import UnitPlan
@@ -30,18 +30,15 @@ REPORT_SCHEMA_VERSION = 1
 VERIFY_TIMEOUT_S = 900
 
 Emit = Callable[[str, str], None]
-_events: Any = None  # a multiprocessing queue set by the pool initializer
+_sink: Emit | None = None  # where step events go; set by the executor that hosts this process
 
 
-def init_worker(events: Any, threads: int, log_dir: str) -> None:
-    """Pool initializer. The libraries' import-time chatter goes to a log file, not the user's terminal;
-    failures reach the user through the result dicts."""
-    global _events
-    _events = events
-    Path(log_dir).mkdir(parents=True, exist_ok=True)
-    log = open(Path(log_dir) / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - lives as long as the worker
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+def set_event_sink(sink: Emit | None) -> None:
+    global _sink
+    _sink = sink
+
+
+def set_threads(threads: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch
 
@@ -49,14 +46,14 @@ def init_worker(events: Any, threads: int, log_dir: str) -> None:
 
 
 def _emit(label: str, step: str) -> None:
-    if _events is not None:
-        _events.put((label, step))
+    if _sink is not None:
+        _sink(label, step)
 
 
 def build_program(payload: dict[str, Any]) -> dict[str, Any]:
     """Worker entry point: a plain dict in, a plain dict out (both cross process boundaries)."""
     unit = UnitPlan.model_validate(payload["unit"])
-    cache = Cache(Path(payload["cache"]))
+    cache = open_cache(payload["cache"])
     key = unit.program_key
     label = f"{unit.model}@{unit.target}/{unit.unit}"
     with cache.lock(key):

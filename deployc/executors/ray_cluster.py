@@ -1,0 +1,226 @@
+"""The Ray executor: every unit of the plan becomes one Ray task.
+
+The manifest's folder travels to the workers as the job's working_dir (model code, checkpoints,
+calibration data), so the nodes need only the same Python environment, not the project checkout.
+A worker builds its unit and either publishes it to the shared cache (an fsspec URL every node can
+reach) and returns the key, or returns the entry's files, which the driver checks against their
+sha256 and stores. A worker process that dies mid-unit is retried by Ray (MAX_RETRIES); a unit that
+fails for a reason of its own (an export error) returns its failure as data, so Ray never retries it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from deployc.cache import Cache, unit_id
+from deployc.errors import BuildError, UserError
+from deployc.executors import Progress, payload
+from deployc.fingerprint import file_sha256
+from deployc.plan import UnitPlan
+from deployc.project import Project
+
+MAX_RETRIES = 3  # attempts after the first, for worker processes that die (OOM killer, node loss)
+INSTALL_HINT = ("--executor ray needs Ray, which is not installed: pip install 'deployc[ray]' "
+                "(use the Ray version your cluster runs)")
+RUNNING = "running on node "  # the first event of every attempt; the driver counts attempts by it
+# Never shipped to workers: version control, environments, caches, build outputs.
+EXCLUDES = [".git", ".venv", "venv", "__pycache__", "node_modules", "dist", ".deployc-cache", "*.pte", "*.tar.gz"]
+# Offline switches the workers must honour as the driver does.
+PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DEPLOYC_CACHE_MIRROR")
+
+
+@contextmanager
+def _stderr_to(log: Path) -> Iterator[None]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    with open(log, "a") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise UserError(INSTALL_HINT) from exc
+    return ray
+
+
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken install
+        return False
+
+
+def _node(ray: Any) -> dict[str, Any]:
+    ctx = ray.get_runtime_context()
+    return {"executor": "ray", "node_id": ctx.get_node_id(), "address": ray.util.get_node_ip_address(),
+            "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def build_unit_task(p: dict[str, Any], events: Any, threads: int) -> dict[str, Any]:
+    """Runs on a Ray worker. Its working directory is the manifest folder that Ray unpacked."""
+    import ray
+
+    from deployc.graph import program_builder
+
+    node = _node(ray)
+
+    def emit(label: str, step: str) -> None:
+        # Fire and forget: a task blocked in ray.get() lends its CPU to another task, oversubscribing the node.
+        events.actor.put_nowait.remote((label, step))
+
+    emit(p["label"], f"{RUNNING}{node['node_id'][:12]} (pid {node['pid']})")
+    program_builder.set_event_sink(emit)
+    program_builder.set_threads(threads)
+    p = {**p, "manifest_dir": os.getcwd()}
+    if p["cache"] is not None:  # a shared cache every node reaches: publish there, return the key
+        result = program_builder.build_program(p)
+    else:
+        with tempfile.TemporaryDirectory(prefix="deployc-ray-unit-") as tmp:
+            result = program_builder.build_program({**p, "cache": tmp})
+            if result["status"] == "built":
+                entry, _ = Cache(Path(tmp)).get(result["key"])
+                if entry is None:
+                    raise RuntimeError("the unit's entry vanished from the worker's cache")
+                result["files"] = {name: (entry.file(name).read_bytes(), info["sha256"])
+                                   for name, info in entry.files.items()}
+    result["node"] = node
+    return result
+
+
+def _store_returned(cache: Cache, unit: UnitPlan, files: dict[str, tuple[bytes, str]]) -> None:
+    key = unit.program_key
+    with cache.lock(key):
+        if cache.get(key)[0] is not None:
+            return
+        staging = cache.tmp_dir()
+        for name, (data, sha256) in files.items():
+            (staging / name).write_bytes(data)
+            if file_sha256(staging / name) != sha256:
+                raise BuildError(f"{unit.model}@{unit.target}: {name} arrived from the Ray worker damaged")
+        cache.put(key, staging, unit_id(unit.model, unit.target, unit.unit))
+
+
+def _shareable(cache: Cache) -> bool:
+    """Whether workers on other processes (and nodes) can reach the cache themselves."""
+    if cache.shared is None:
+        return False
+    protocol = cache.shared.fs.protocol
+    return "memory" not in (protocol if isinstance(protocol, tuple) else (protocol,))
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, address: str | None, jobs: int) -> None:
+        if not _installed():  # said before any planning or building, not after
+            raise UserError(INSTALL_HINT)
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.jobs = max(1, jobs)  # CPUs of a cluster started for this build
+        self.cpus_per_unit = int(os.environ.get("DEPLOYC_RAY_CPUS_PER_UNIT", "1"))
+
+    def describe(self, units: int) -> str:
+        where = f"the Ray cluster at {self.address}" if self.address else f"a local Ray cluster ({self.jobs} CPU(s))"
+        return f"Ray tasks on {where}"
+
+    def _connect(self, ray: Any, project: Project, out_dirs: list[str], log: Path) -> None:
+        # Ray skips files named in .gitignore by default; checkpoints and datasets often are.
+        os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        runtime_env = {"working_dir": str(project.folder.resolve()), "excludes": EXCLUDES + out_dirs,
+                       "env_vars": env}
+        common = {"runtime_env": runtime_env, "log_to_driver": False, "logging_level": "ERROR",
+                  "configure_logging": True}
+        try:
+            with _stderr_to(log):  # Ray's core writes start-up notes straight to file descriptor 2
+                if self.address:
+                    ray.init(address=self.address, **common)
+                else:
+                    ray.init(address="local", num_cpus=self.jobs, include_dashboard=False, **common)
+        except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+            where = self.address or "a local cluster"
+            raise BuildError(f"cannot start Ray tasks on {where}: {str(exc).splitlines()[0][:300]}") from exc
+
+    def run(self, todo: list[UnitPlan], project: Project, cache: Cache,
+            progress: Progress) -> dict[str, dict[str, Any]]:
+        ray = import_ray()
+        from ray.util.queue import Empty, Queue
+
+        folder = project.folder.resolve()
+        out_dirs = [p.relative_to(folder).as_posix() for p in (cache.root.resolve(),) if p.is_relative_to(folder)]
+        self._connect(ray, project, out_dirs, cache.root / "logs" / "ray-driver.log")
+        attempts: dict[str, int] = {}
+        stop = threading.Event()
+        try:
+            events = Queue(actor_options={"num_cpus": 0})
+
+            def drain() -> None:
+                while not stop.is_set():
+                    try:
+                        label, step = events.get(timeout=0.5)
+                    except Empty:
+                        continue
+                    except Exception:  # the cluster went away; the task results say what happened
+                        return
+                    if step.startswith(RUNNING):
+                        attempts[label] = attempts.get(label, 0) + 1
+                        if attempts[label] > 1:
+                            step = f"retry {attempts[label] - 1} of {MAX_RETRIES}, {step}"
+                    progress(f"  {label}: {step}")
+
+            reader = threading.Thread(target=drain, daemon=True)
+            reader.start()
+            task = ray.remote(num_cpus=self.cpus_per_unit, max_retries=MAX_RETRIES,
+                              retry_exceptions=False)(build_unit_task)
+            spec = cache.spec if _shareable(cache) else None
+            units = {u.program_key: u for u in todo}
+            refs = {task.options(name=f"deployc:{u.model}@{u.target}").remote(
+                payload(u, spec, None), events, self.cpus_per_unit): key for key, u in units.items()}
+            results: dict[str, dict[str, Any]] = {}
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                key = refs[done[0]]
+                r = results[key] = self._collect(ray, done[0], units[key], cache)
+                node = r.get("node", {}).get("node_id", "?")[:12]
+                progress(f"  {payload(units[key], None, None)['label']}: {r['status']} (node {node})")
+            time.sleep(0.6)  # let the reader pass on the last events before it stops
+            for key, r in results.items():
+                u = units[key]
+                r["attempts"] = max(1, attempts.get(f"{u.model}@{u.target}/{u.unit}", 1))
+            return results
+        finally:
+            stop.set()
+            ray.shutdown()
+
+    def _collect(self, ray: Any, ref: Any, unit: UnitPlan, cache: Cache) -> dict[str, Any]:
+        key = unit.program_key
+        try:
+            result: dict[str, Any] = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # our code raised on the worker: a bug, not retried
+            cause = exc.cause if exc.cause is not None else exc
+            return {"key": key, "status": "failed", "step": "build",
+                    "error": f"the Ray task raised {type(cause).__name__}: {str(cause)[:400]}"}
+        except ray.exceptions.RayError as exc:
+            return {"key": key, "status": "failed", "step": "build",
+                    "error": f"the Ray worker died {MAX_RETRIES + 1} times (killed, out of memory or a lost "
+                             f"node); Ray gave up: {str(exc).splitlines()[0][:300]}"}
+        files = result.pop("files", None)
+        if files is not None:
+            _store_returned(cache, unit, files)
+        return result
