@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Debian packages the tests use: the standard flatc decodes runtime.bin against the committed schema;
-# cmake, g++ and the headers build the native runner (`deployc native build`).
-DEB_PACKAGES := cmake g++ flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev
+# cmake, g++ and the headers build the native runner (`deployc native build`); iproute2 gives the Ray
+# tests a loopback-only network namespace for their two-node cluster.
+DEB_PACKAGES := cmake g++ flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev iproute2
 system-deps:
 	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq $(DEB_PACKAGES) >/dev/null; }

@@ -158,7 +158,8 @@ class Cache:
     def lock(self, key: str) -> Iterator[None]:
         locks = self.root / "locks"
         locks.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(locks / f"{key}.lock")):
+        # Reentrant: a builder holding the lock may read through to the shared store, which locks too.
+        with FileLock(str(locks / f"{key}.lock"), is_singleton=True):
             yield
 
     def put(self, key: str, staging: Path, unit_id: str | None = None) -> Entry:

@@ -22,7 +22,7 @@ from deployc.views import (
     render_pte,
     render_run,
 )
-from deployc.errors import DeploycError, UserError
+from deployc.errors import DeploycError, UsageError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative deployment compiler for on-device AI.")
 targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
@@ -116,7 +116,7 @@ def build_cmd(
 
     console = Console(json_mode=json_out)
     if ray_address and executor is not ExecutorName.ray:
-        raise UserError("--ray-address needs --executor ray")
+        raise UsageError("--ray-address needs --executor ray")
     runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address)
     project = load_project(manifest)
     build_plan = make_plan(project, detect(), target)

@@ -73,6 +73,12 @@ class PlanError(UserError):
     pass
 
 
+class UsageError(DeploycError):
+    """A bad command-line option or environment setting (nothing in a file to point at). Exit 2."""
+
+    exit_code = 2
+
+
 class BuildError(DeploycError):
     exit_code = 1
 

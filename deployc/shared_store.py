@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deployc.errors import UserError
+from deployc.errors import UsageError
 
 ENTRY_FILE = "entry.json"
 MARKER_SCHEMA_VERSION = 1
@@ -43,7 +43,7 @@ class SharedStore:
             self.fs, root = fsspec.core.url_to_fs(self.url)
         except (ImportError, ValueError) as exc:
             # fsspec says which package a protocol needs ("Install s3fs to access S3").
-            raise UserError(f"--cache-dir / DEPLOYC_CACHE_DIR {url}: {exc}") from exc
+            raise UsageError(f"--cache-dir / DEPLOYC_CACHE_DIR {url}: {exc}") from exc
         self.root = root.rstrip("/")
 
     def _dir(self, kind: str, key: str) -> str:

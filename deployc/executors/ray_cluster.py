@@ -17,12 +17,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 from deployc.cache import Cache, unit_id
-from deployc.errors import BuildError, UserError
+from deployc.errors import BuildError, UsageError
 from deployc.executors import Progress, payload
 from deployc.fingerprint import file_sha256
 from deployc.plan import UnitPlan
@@ -55,7 +55,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise UserError(INSTALL_HINT) from exc
+        raise UsageError(INSTALL_HINT) from exc
     return ray
 
 
@@ -129,7 +129,7 @@ class RayExecutor:
 
     def __init__(self, address: str | None, jobs: int) -> None:
         if not _installed():  # said before any planning or building, not after
-            raise UserError(INSTALL_HINT)
+            raise UsageError(INSTALL_HINT)
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.jobs = max(1, jobs)  # CPUs of a cluster started for this build
         self.cpus_per_unit = int(os.environ.get("DEPLOYC_RAY_CPUS_PER_UNIT", "1"))
@@ -163,7 +163,16 @@ class RayExecutor:
 
         folder = project.folder.resolve()
         out_dirs = [p.relative_to(folder).as_posix() for p in (cache.root.resolve(),) if p.is_relative_to(folder)]
-        self._connect(ray, project, out_dirs, cache.root / "logs" / "ray-driver.log")
+        log = cache.root / "logs" / "ray-driver.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        # Ray's driver prints cluster notices ("a worker died ...") on sys.stdout, where --json writes its
+        # document: they go to the log; what they mean reaches the user as retries and failures.
+        with open(log, "a") as notices, redirect_stdout(notices):
+            self._connect(ray, project, out_dirs, log)
+            return self._run_connected(ray, Empty, Queue, todo, cache, progress)
+
+    def _run_connected(self, ray: Any, Empty: Any, Queue: Any, todo: list[UnitPlan], cache: Cache,
+                       progress: Progress) -> dict[str, dict[str, Any]]:
         attempts: dict[str, int] = {}
         stop = threading.Event()
         try:
@@ -197,8 +206,9 @@ class RayExecutor:
                 done, pending = ray.wait(pending, num_returns=1)
                 key = refs[done[0]]
                 r = results[key] = self._collect(ray, done[0], units[key], cache)
-                node = r.get("node", {}).get("node_id", "?")[:12]
-                progress(f"  {payload(units[key], None, None)['label']}: {r['status']} (node {node})")
+                node = r.get("node", {}).get("node_id")
+                where = f" (node {node[:12]})" if node else ""
+                progress(f"  {payload(units[key], None, None)['label']}: {r['status']}{where}")
             time.sleep(0.6)  # let the reader pass on the last events before it stops
             for key, r in results.items():
                 u = units[key]
