@@ -50,11 +50,14 @@ class SharedStore:
         return f"{self.root}/{kind}/{key[:2]}/{key}"
 
     def has(self, kind: str, key: str) -> bool:
-        return bool(self.fs.exists(f"{self._dir(kind, key)}/{ENTRY_FILE}"))
+        d = self._dir(kind, key)
+        self.fs.invalidate_cache(d)  # object-store clients cache listings; another machine may have published
+        return bool(self.fs.exists(f"{d}/{ENTRY_FILE}"))
 
     def download(self, kind: str, key: str, dest: Path) -> bool:
         """Write the entry's files into `dest` after checking each against the marker; False if absent."""
         d = self._dir(kind, key)
+        self.fs.invalidate_cache(d)
         try:
             marker = json.loads(self.fs.cat_file(f"{d}/{ENTRY_FILE}"))
         except FileNotFoundError:
