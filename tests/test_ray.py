@@ -220,3 +220,27 @@ def test_ray_is_never_imported_by_the_local_executor() -> None:
     importers = sorted(p.relative_to(REPO).as_posix() for p in source
                        if "import ray" in p.read_text() or "from ray" in p.read_text())
     assert importers == ["deployc/executors/ray_cluster.py"]
+
+
+def test_a_bad_cpus_per_unit_setting_is_refused(cli, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = make_project(project, MANIFEST, "fanout.yaml")
+    monkeypatch.setenv("DEPLOYC_RAY_CPUS_PER_UNIT", "half")
+    r = cli("build", str(manifest), "--executor", "ray")
+    assert r.code == 2
+    assert r.err.strip() == ("error: DEPLOYC_RAY_CPUS_PER_UNIT='half': expected a whole number of CPUs, "
+                             "1 or more")
+
+
+def test_without_an_address_the_build_starts_and_stops_its_own_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    one = MANIFEST.split("  b:")[0]  # model a only
+    manifest = make_project(tmp_path / "project", one, "one.yaml")
+    raylets = subprocess.run(["pgrep", "-c", "raylet"], capture_output=True, text=True).stdout.strip()
+    r, report = _finish(_deployc("build", str(manifest), "--executor", "ray", "--jobs", "1", "--out",
+                                 str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--json",
+                                 cwd=manifest.parent))
+    assert r.code == 0, r.err[-3000:]
+    assert "building 1 program(s) with Ray tasks on a local Ray cluster (1 CPU(s))" in r.err
+    (unit,) = report["units"]
+    assert unit["status"] == "built" and unit["built_on"]["executor"] == "ray"
+    assert unit["built_on"]["node_id"] not in cluster.nodes  # its own cluster, not the running one
+    assert subprocess.run(["pgrep", "-c", "raylet"], capture_output=True, text=True).stdout.strip() == raylets

@@ -15,7 +15,6 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
@@ -132,7 +131,10 @@ class RayExecutor:
             raise UsageError(INSTALL_HINT)
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.jobs = max(1, jobs)  # CPUs of a cluster started for this build
-        self.cpus_per_unit = int(os.environ.get("DEPLOYC_RAY_CPUS_PER_UNIT", "1"))
+        cpus = os.environ.get("DEPLOYC_RAY_CPUS_PER_UNIT", "1")
+        if not cpus.isdigit() or int(cpus) < 1:
+            raise UsageError(f"DEPLOYC_RAY_CPUS_PER_UNIT={cpus!r}: expected a whole number of CPUs, 1 or more")
+        self.cpus_per_unit = int(cpus)
 
     def describe(self, units: int) -> str:
         where = f"the Ray cluster at {self.address}" if self.address else f"a local Ray cluster ({self.jobs} CPU(s))"
@@ -175,22 +177,25 @@ class RayExecutor:
                        progress: Progress) -> dict[str, dict[str, Any]]:
         attempts: dict[str, int] = {}
         stop = threading.Event()
+
+        def show(label: str, step: str) -> None:
+            if step.startswith(RUNNING):
+                attempts[label] = attempts.get(label, 0) + 1
+                if attempts[label] > 1:
+                    step = f"retry {attempts[label] - 1} of {MAX_RETRIES}, {step}"
+            progress(f"  {label}: {step}")
+
         try:
             events = Queue(actor_options={"num_cpus": 0})
 
             def drain() -> None:
                 while not stop.is_set():
                     try:
-                        label, step = events.get(timeout=0.5)
+                        show(*events.get(timeout=0.5))
                     except Empty:
                         continue
                     except Exception:  # the cluster went away; the task results say what happened
                         return
-                    if step.startswith(RUNNING):
-                        attempts[label] = attempts.get(label, 0) + 1
-                        if attempts[label] > 1:
-                            step = f"retry {attempts[label] - 1} of {MAX_RETRIES}, {step}"
-                    progress(f"  {label}: {step}")
 
             reader = threading.Thread(target=drain, daemon=True)
             reader.start()
@@ -209,7 +214,10 @@ class RayExecutor:
                 node = r.get("node", {}).get("node_id")
                 where = f" (node {node[:12]})" if node else ""
                 progress(f"  {payload(units[key], None, None)['label']}: {r['status']}{where}")
-            time.sleep(0.6)  # let the reader pass on the last events before it stops
+            stop.set()
+            reader.join()
+            for label, step in events.get_nowait_batch(events.qsize()):  # what arrived after the last poll
+                show(label, step)
             for key, r in results.items():
                 u = units[key]
                 r["attempts"] = max(1, attempts.get(f"{u.model}@{u.target}/{u.unit}", 1))
@@ -232,5 +240,8 @@ class RayExecutor:
                              f"node); Ray gave up: {str(exc).splitlines()[0][:300]}"}
         files = result.pop("files", None)
         if files is not None:
-            _store_returned(cache, unit, files)
+            try:
+                _store_returned(cache, unit, files)
+            except BuildError as exc:
+                return {**result, "status": "failed", "step": "transfer", "error": str(exc)}
         return result
