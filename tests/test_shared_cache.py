@@ -11,7 +11,7 @@ import pytest
 
 from build_suite import TINY
 from conftest import make_project, run_subprocess
-from deployc.cache import Cache, open_cache
+from deployc.cache import Cache, cache_spec, open_cache
 from deployc.reproducibility import compare_trees
 from deployc.shared_store import SharedStore
 
@@ -107,6 +107,10 @@ def test_file_url_opens_a_shared_store_with_a_local_mirror(tmp_path: Path, monke
     _publish(cache)
     assert (tmp_path / "shared" / "programs" / KEY[:2] / KEY / "entry.json").is_file()
     assert open_cache(str(tmp_path / "plain")).shared is None
+    monkeypatch.setenv("DEPLOYC_CACHE_DIR", f"file://{tmp_path / 'shared'}")
+    from_env = open_cache(cache_spec(None))
+    assert from_env.shared is not None and from_env.get(KEY)[0] is not None
+    assert cache_spec(str(tmp_path / "explicit")) == str(tmp_path / "explicit")  # the option wins
 
 
 @pytest.mark.parametrize("url, expected", [
