@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Result, build_json, make_project
+from conftest import REPO, Result, build_json, make_project, run_subprocess
 from deployc.reproducibility import compare_trees
 
 pytestmark = pytest.mark.slow
@@ -244,3 +244,14 @@ def test_without_an_address_the_build_starts_and_stops_its_own_cluster(cluster: 
     assert unit["status"] == "built" and unit["built_on"]["executor"] == "ray"
     assert unit["built_on"]["node_id"] not in cluster.nodes  # its own cluster, not the running one
     assert subprocess.run(["pgrep", "-c", "raylet"], capture_output=True, text=True).stdout.strip() == raylets
+
+
+def test_an_unreachable_cluster_fails_in_seconds_with_the_address(project: Path) -> None:
+    manifest = make_project(project, MANIFEST, "fanout.yaml")
+    t = time.monotonic()
+    r = run_subprocess("build", str(manifest), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", "out",
+                       cwd=project, timeout=120)
+    assert r.code == 1 and time.monotonic() - t < 60
+    assert r.err.splitlines()[-1] == ("error: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused "
+                                      "(is the head node running, and is this its GCS address?)")
+    assert not (project / "out").exists()

@@ -30,6 +30,7 @@ from deployc.project import Project
 MAX_RETRIES = 3  # attempts after the first, for worker processes that die (OOM killer, node loss)
 INSTALL_HINT = ("--executor ray needs Ray, which is not installed: pip install 'deployc[ray]' "
                 "(use the Ray version your cluster runs)")
+CONNECT_TIMEOUT_S = 10
 RUNNING = "running on node "  # the first event of every attempt; the driver counts attempts by it
 # Never shipped to workers: version control, environments, caches, build outputs.
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "node_modules", "dist", ".deployc-cache", "*.pte", "*.tar.gz"]
@@ -115,6 +116,18 @@ def _store_returned(cache: Cache, unit: UnitPlan, files: dict[str, tuple[bytes, 
         cache.put(key, staging, unit_id(unit.model, unit.target, unit.unit))
 
 
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a wrong address: ray.init() retries an unreachable GCS for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", "ray://..." (Ray Client): Ray's own checks apply
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise BuildError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} "
+                         f"(is the head node running, and is this its GCS address?)") from exc
+
+
 def _shareable(cache: Cache) -> bool:
     """Whether workers on other processes (and nodes) can reach the cache themselves."""
     if cache.shared is None:
@@ -148,6 +161,8 @@ class RayExecutor:
                        "env_vars": env}
         common = {"runtime_env": runtime_env, "log_to_driver": False, "logging_level": "ERROR",
                   "configure_logging": True}
+        if self.address:
+            _check_reachable(self.address)
         try:
             with _stderr_to(log):  # Ray's core writes start-up notes straight to file descriptor 2
                 if self.address:
