@@ -16,12 +16,9 @@ from deployc.plan import UnitPlan
 from deployc.project import Project
 
 Progress = Callable[[str], None]
-EXECUTORS = ("local", "ray")
 
 
 class Executor(Protocol):
-    name: str
-
     def describe(self, units: int) -> str:
         """How the units will be built, for the progress line."""
         ...

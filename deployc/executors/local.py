@@ -38,8 +38,6 @@ def _build(p: dict[str, Any]) -> dict[str, Any]:
 
 
 class LocalExecutor:
-    name = "local"
-
     def __init__(self, jobs: int) -> None:
         self.jobs = max(1, jobs)
 

@@ -137,8 +137,6 @@ def _shareable(cache: Cache) -> bool:
 
 
 class RayExecutor:
-    name = "ray"
-
     def __init__(self, address: str | None, jobs: int) -> None:
         if not _installed():  # said before any planning or building, not after
             raise UsageError(INSTALL_HINT)
