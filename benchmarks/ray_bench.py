@@ -29,7 +29,8 @@ from build_bench import MANIFEST, PARALLEL  # noqa: E402  (the same 4 programs a
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NETNS = f"deployc-bench-{os.getpid()}"
-ADDRESS = "127.0.0.1:6391"
+PORT = 20000 + os.getpid() % 20000  # Ray refuses a port that another cluster on this machine uses
+ADDRESS = f"127.0.0.1:{PORT}"
 
 
 def _ns(cmd: list[str], isolated: bool) -> list[str]:
@@ -72,7 +73,7 @@ def main() -> None:
         local_s = _timed([*build, "--cache-dir", "c1", "--out", "o1"], work, env)
         started_s = _timed(_ns([*build, "--cache-dir", "c2", "--out", "o2", "--executor", "ray"], isolated), work, env)
         common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-        subprocess.run(_ns([ray, "start", "--head", "--port=6391", "--include-dashboard=false", *common], isolated),
+        subprocess.run(_ns([ray, "start", "--head", f"--port={PORT}", "--include-dashboard=false", *common], isolated),
                        env=env, check=True, capture_output=True)
         subprocess.run(_ns([ray, "start", f"--address={ADDRESS}", *common], isolated), env=env, check=True,
                        capture_output=True)
@@ -80,9 +81,14 @@ def main() -> None:
                                 ADDRESS], isolated), work, env)
         identical = _same(work / "o1", work / "o2") and _same(work / "o1", work / "o3")
     finally:
-        subprocess.run(_ns([ray, "stop", "--force"], isolated), env=env, capture_output=True)
-        if isolated:
+        if isolated:  # only this namespace's processes: `ray stop` would stop every Ray cluster here
+            for signal_name in ("-TERM", "-KILL"):
+                pids = subprocess.run(["ip", "netns", "pids", NETNS], capture_output=True, text=True).stdout.split()
+                subprocess.run(["kill", signal_name, *pids], capture_output=True)
+                time.sleep(5)
             subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+        else:
+            subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
 
     rows = [

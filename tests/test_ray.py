@@ -27,7 +27,8 @@ from deployc.reproducibility import compare_trees
 pytestmark = pytest.mark.slow
 
 NETNS = f"deployc-ray-{os.getpid()}"
-ADDRESS = "127.0.0.1:6390"
+PORT = 20000 + os.getpid() % 20000  # Ray refuses a port that another cluster on this machine uses, any netns
+ADDRESS = f"127.0.0.1:{PORT}"
 RAY = str(Path(sys.executable).parent / "ray")
 TOKEN = secrets.token_hex(32)  # token authentication, as a real cluster should run; no ~/.ray state involved
 
@@ -96,6 +97,23 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 420) -> tuple[Result, 
     return Result(proc.returncode, out, err), json.loads(out) if out.strip() else {}
 
 
+def _stop_namespace() -> None:
+    """End every process in the namespace: this cluster only (`ray stop` stops any Ray on the machine)."""
+    def pids() -> list[int]:
+        out = subprocess.run(["ip", "netns", "pids", NETNS], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for pid in pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while pids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -104,7 +122,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         subprocess.run(_ns("ip", "link", "set", "lo", "up"), check=True)
         common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-        subprocess.run(_ns(RAY, "start", "--head", "--port=6390", "--include-dashboard=false", *common),
+        subprocess.run(_ns(RAY, "start", "--head", f"--port={PORT}", "--include-dashboard=false", *common),
                        check=True, env=_env(), capture_output=True, timeout=120)
         subprocess.run(_ns(RAY, "start", f"--address={ADDRESS}", *common), check=True, env=_env(),
                        capture_output=True, timeout=120)
@@ -117,7 +135,7 @@ def cluster() -> Iterator[Cluster]:
         assert len(nodes) == 2 and set(nodes.values()) == {"127.0.0.1"}, nodes
         yield Cluster(ADDRESS, nodes)
     finally:
-        subprocess.run(_ns(RAY, "stop", "--force"), env=_env(), capture_output=True, timeout=120)
+        _stop_namespace()
         subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
 
 
