@@ -164,6 +164,11 @@ class UnitPlan(_Rec):
     def step_of(self, kind: str) -> Any:
         return next(s for s in self.steps if s.step == kind)
 
+    @property
+    def label(self) -> str:
+        """How progress lines and reports name the unit: model@target/unit."""
+        return f"{self.model}@{self.target}/{self.unit}"
+
 
 class TokenizerAssetPlan(_Rec):
     kind: Literal["tokenizer"] = "tokenizer"

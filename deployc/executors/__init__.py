@@ -32,7 +32,7 @@ class Executor(Protocol):
 def payload(unit: UnitPlan, cache_spec: str | None, manifest_dir: str | None) -> dict[str, Any]:
     """What a worker needs to build one unit: plain data, so it crosses any process boundary."""
     return {"unit": unit.model_dump(mode="json"), "cache": cache_spec, "manifest_dir": manifest_dir,
-            "label": f"{unit.model}@{unit.target}/{unit.unit}"}
+            "label": unit.label}
 
 
 def make_executor(name: str, jobs: int, ray_address: str | None = None) -> Executor:

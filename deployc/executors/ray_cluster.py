@@ -226,14 +226,13 @@ class RayExecutor:
                 r = results[key] = self._collect(ray, done[0], units[key], cache)
                 node = r.get("node", {}).get("node_id")
                 where = f" (node {node[:12]})" if node else ""
-                progress(f"  {payload(units[key], None, None)['label']}: {r['status']}{where}")
+                progress(f"  {units[key].label}: {r['status']}{where}")
             stop.set()
             reader.join()
             for label, step in events.get_nowait_batch(events.qsize()):  # what arrived after the last poll
                 show(label, step)
             for key, r in results.items():
-                u = units[key]
-                r["attempts"] = max(1, attempts.get(f"{u.model}@{u.target}/{u.unit}", 1))
+                r["attempts"] = max(1, attempts.get(units[key].label, 1))
             return results
         finally:
             stop.set()

@@ -55,7 +55,7 @@ def build_program(payload: dict[str, Any]) -> dict[str, Any]:
     unit = UnitPlan.model_validate(payload["unit"])
     cache = open_cache(payload["cache"])
     key = unit.program_key
-    label = f"{unit.model}@{unit.target}/{unit.unit}"
+    label = unit.label
     with cache.lock(key):
         entry, warning = cache.get(key)  # re-check: another process may have built it meanwhile
         if entry is not None:
