@@ -12,7 +12,6 @@ published to it. Programs are built and packaged from local files either way.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,11 +24,11 @@ from typing import Literal
 
 from filelock import FileLock
 
-from deployc.fingerprint import file_sha256
-from deployc.shared_store import CorruptEntry, SharedStore, is_url
+from deployc.fingerprint import bytes_sha256, file_sha256
+from deployc.plan import BuildPlan
+from deployc.shared_store import ENTRY_FILE, CorruptEntry, SharedStore, is_url
 
 ENTRY_SCHEMA_VERSION = 1
-ENTRY_FILE = "entry.json"
 
 Status = Literal["cached", "stale", "new"]
 
@@ -47,7 +46,21 @@ def mirror_dir(url: str) -> Path:
     """Where a shared cache's entries are kept on this machine ($DEPLOYC_CACHE_MIRROR overrides)."""
     if os.environ.get("DEPLOYC_CACHE_MIRROR"):
         return Path(os.environ["DEPLOYC_CACHE_MIRROR"])
-    return _user_cache_home() / "shared" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return _user_cache_home() / "shared" / bytes_sha256(url.rstrip("/").encode())[:16]
+
+
+def plan_status(plan: BuildPlan, cache: "Cache") -> dict[str, Status]:
+    """For `deployc plan`: each program key and index key of the plan -> cached, stale or new."""
+    status = {u.program_key: cache.status(u.program_key, u.slug) for u in plan.units()}
+    indexes = cache.of_kind("indexes")
+    status.update({a.key: "cached" if indexes.has(a.key) else "new"
+                   for t in plan.targets for a in t.assets if a.kind == "vector_index"})
+    return status
+
+
+def local_root(spec: str) -> Path:
+    """The directory on this machine behind a cache spec (a shared cache's local mirror)."""
+    return mirror_dir(spec) if is_url(spec) else Path(spec)
 
 
 def open_cache(spec: str) -> "Cache":
@@ -83,17 +96,18 @@ class Cache:
     def _dir(self, key: str) -> Path:
         return self.root / self.kind / key[:2] / key
 
-    def _unit_index(self, unit_id: str) -> Path:
-        return self.root / "units" / unit_id
+    def _unit_index(self, slug: str) -> Path:
+        return self.root / "units" / slug
 
     def has(self, key: str) -> bool:
         """Cheap presence check (no hashing), for `plan`."""
         return (self._dir(key) / ENTRY_FILE).is_file() or bool(self.shared and self.shared.has(self.kind, key))
 
-    def status(self, key: str, unit_id: str) -> Status:
+    def status(self, key: str, slug: str) -> Status:
+        """cached; stale: this unit (by its slug) was built before with another key; or new."""
         if self.has(key):
             return "cached"
-        index = self._unit_index(unit_id)
+        index = self._unit_index(slug)
         return "stale" if index.is_file() else "new"
 
     def get(self, key: str) -> tuple[Entry | None, str | None]:
@@ -162,11 +176,11 @@ class Cache:
         with FileLock(str(locks / f"{key}.lock"), is_singleton=True):
             yield
 
-    def put(self, key: str, staging: Path, unit_id: str | None = None) -> Entry:
+    def put(self, key: str, staging: Path, slug: str | None = None) -> Entry:
         """Move a fully written `staging` dir (under tmp_dir()) into place as entry `key`; publish it."""
         entry = self._put_local(key, staging)
-        if unit_id is not None:
-            self.remember(unit_id, key)
+        if slug is not None:
+            self.remember(slug, key)
         self.publish(entry)
         return entry
 
@@ -189,8 +203,8 @@ class Cache:
         os.replace(staging, target)
         return Entry(key, target, files)
 
-    def remember(self, unit_id: str, key: str) -> None:
-        index = self._unit_index(unit_id)
+    def remember(self, slug: str, key: str) -> None:
+        index = self._unit_index(slug)
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_name(index.name + f".{os.getpid()}.tmp")
         tmp.write_text(key)
@@ -199,6 +213,8 @@ class Cache:
     def tmp_dir(self) -> Path:
         return Path(tempfile.mkdtemp(dir=self._tmp_root(), prefix="build-"))
 
+    @property
+    def log_dir(self) -> Path:
+        """Unit logs: what libraries print while a program builds."""
+        return self.root / "logs"
 
-def unit_id(model: str, target: str, unit: str) -> str:
-    return f"{model}--{target}--{unit}"

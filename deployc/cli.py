@@ -1,4 +1,4 @@
-"""Command line. Commands only wire stages together; `main` is the one error boundary."""
+"""Command line. Commands parse their options and call the stages; `main` is the one error boundary."""
 
 from __future__ import annotations
 
@@ -7,30 +7,37 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
-import click
 import typer
 
 from deployc.console import Console
-from deployc.views import (
-    render_build,
-    render_diff,
-    render_inspect,
-    render_plan,
-    render_profile,
-    render_pte,
-    render_run,
-)
 from deployc.errors import DeploycError, UsageError, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative deployment compiler for on-device AI.")
+try:  # typer vendors its own click from 0.22 on; older ones use the click package
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Declarative deployment compiler for on-device AI.")
 targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
 app.add_typer(targets_app, name="targets")
 native_app = typer.Typer(no_args_is_help=True, help="The C++ reference runner.")
 app.add_typer(native_app, name="native")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
+TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
+CacheOpt = Annotated[Optional[str], typer.Option(
+    "--cache-dir", help="cache directory or fsspec URL shared between machines (file://, s3://, gs://, ...); "
+                        "default: $DEPLOYC_CACHE_DIR or ~/.cache/deployc")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", help="show what torch, torchao and the ExecuTorch runtime print (otherwise it goes to log files)")]
+
+
+class ExecutorName(str, Enum):
+    local = "local"
+    ray = "ray"
 
 
 @app.command()
@@ -53,41 +60,46 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
         raise UserError(problems)
 
 
-CacheOpt = Annotated[Optional[str], typer.Option(
-    "--cache-dir", help="cache directory or fsspec URL shared between machines (file://, s3://, gs://, ...); "
-                        "default: $DEPLOYC_CACHE_DIR or ~/.cache/deployc")]
-class ExecutorName(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
-TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
-
-
 @app.command()
-def plan(manifest: Path, target: TargetOpt = None, cache_dir: CacheOpt = None, json_out: JsonOpt = False) -> None:
+def plan(
+    manifest: Path,
+    target: TargetOpt = None,
+    cache_dir: CacheOpt = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="save the plan to this file, for `deployc build --plan`")] = None,
+    dist: Annotated[Path, typer.Option(
+        "--dist", help="the output directory builds go to, to say which releases would change")] = Path("dist"),
+    json_out: JsonOpt = False,
+) -> None:
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
-    from deployc.cache import cache_spec, open_cache, unit_id
-    from deployc.plan import make_plan, plan_json
+    from deployc.cache import cache_spec, open_cache, plan_status
+    from deployc.plan import plan_json, save_plan
+    from deployc.planner import make_plan
     from deployc.project import load_project
+    from deployc.release import release_status
     from deployc.toolchain import detect
+    from deployc.views import render_plan
 
     console = Console(json_mode=json_out)
     build_plan = make_plan(load_project(manifest), detect(), target)
-    cache = open_cache(cache_spec(cache_dir))
-    status = {u.program_key: cache.status(u.program_key, unit_id(u.model, u.target, u.unit))
-              for u in build_plan.units()}
-    status.update({a.key: "cached" if cache.of_kind("indexes").has(a.key) else "new"
-                   for t in build_plan.targets for a in t.assets if a.kind == "vector_index"})
+    if out is not None:
+        save_plan(build_plan, out)
+    status = plan_status(build_plan, open_cache(cache_spec(cache_dir)))
+    releases = release_status(build_plan, dist)
     if json_out:
-        console.document({"plan": plan_json(build_plan), "cache": status})
+        console.document({"plan": plan_json(build_plan), "cache": status,
+                          "releases": [r.model_dump(mode="json") for r in releases]})
         return
-    render_plan(console, build_plan, status)
+    render_plan(console, build_plan, status, releases)
+    if out is not None:
+        console.status(f"plan saved to {out}; apply it with: deployc build --plan {out}")
 
 
 @app.command("build")
 def build_cmd(
-    manifest: Path,
+    manifest: Annotated[Optional[Path], typer.Argument(help="the manifest (or --plan)")] = None,
+    plan_file: Annotated[Optional[Path], typer.Option(
+        "--plan", help="apply this saved plan (deployc plan --out) instead of planning a manifest")] = None,
     target: TargetOpt = None,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("dist"),
     jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core); with "
@@ -102,56 +114,55 @@ def build_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing release with other content")] = False,
     check_reproducible: Annotated[bool, typer.Option(
         "--check-reproducible", help="build again in a fresh process with an empty cache and compare bytes")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Build, verify and package bundles (default out dir dist/)."""
-    from deployc.build import BuildReport, build
+    """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
+    from deployc.apply import apply, check_inputs
     from deployc.cache import cache_spec, open_cache
     from deployc.errors import BuildError
     from deployc.executors import make_executor
-    from deployc.packaging.assets import build_assets
-    from deployc.packaging.bundle import write_bundle
-    from deployc.plan import make_plan
-    from deployc.project import load_project
+    from deployc.plan import load_plan
     from deployc.toolchain import detect
+    from deployc.views import render_build
 
-    console = Console(json_mode=json_out)
+    if (manifest is None) == (plan_file is None):
+        raise UsageError("give a manifest or --plan PLAN_FILE (one of them)")
+    if plan_file is not None and target is not None:
+        raise UsageError("--target chooses what to plan; a saved plan has its targets already")
     if ray_address and executor is not ExecutorName.ray:
         raise UsageError("--ray-address needs --executor ray")
-    runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address)
-    project = load_project(manifest)
-    build_plan = make_plan(project, detect(), target)
+    console = Console(json_mode=json_out, verbose=verbose)
+    runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address, verbose)
+    toolchain = detect()
+    if plan_file is not None:
+        build_plan = load_plan(plan_file)
+        check_inputs(build_plan, toolchain, plan_file)
+        what = ["--plan", str(plan_file)]
+    else:
+        from deployc.planner import make_plan
+        from deployc.project import load_project
+
+        assert manifest is not None
+        build_plan = make_plan(load_project(manifest), toolchain, target)
+        what = [str(manifest), *(["--target", target] if target else [])]
     cache = open_cache(cache_spec(cache_dir))
-    results = build(build_plan, project, cache, runner, console.status, console.warn)
-    bundles: dict[str, dict[str, str]] = {}
-    not_written: dict[str, str] = {}
-    for t in build_plan.targets:
-        units = [results[f"{u.model}@{u.target}"] for u in t.units]
-        failed = [u for u in units if u.status == "failed"]
-        if failed:
-            not_written[t.profile] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
-            continue
-        assets = build_assets(project, t, results, cache, console.status)
-        bundles[t.profile] = write_bundle(build_plan, t, units, project, out, force, assets)
-    report = BuildReport(list(results.values()), bundles, not_written)
-    differences: list[str] | None = None
+    with console.progress() as events:
+        report = apply(build_plan, out, cache, runner, force=force, events=events, say=console.status,
+                       warn=console.warn)
     if check_reproducible and not report.failed:
         from deployc.reproducibility import rebuild_and_compare
 
         console.status("checking reproducibility: a second build in a fresh process with an empty cache")
-        differences = rebuild_and_compare(manifest, target, bundles)
+        differences = rebuild_and_compare(what, report.bundles)
+        report = report.model_copy(update={"reproducible": not differences, "differences": differences})
     if json_out:
-        console.document({**report.to_json(), **({"reproducible": not differences, "differences": differences}
-                                                 if differences is not None else {})})
+        console.document(report.to_json())
     else:
         render_build(console, report)
-        if differences is not None:
-            console.result("reproducible: byte-identical" if not differences else "NOT reproducible:")
-            for line in differences:
-                console.result(f"  {line}")
     if report.failed:
         raise BuildError(f"{len(report.failed)} of {len(report.units)} unit(s) failed")
-    if differences:
-        raise BuildError(f"the second build differs in {len(differences)} file(s)")
+    if report.differences:
+        raise BuildError(f"the second build differs in {len(report.differences)} file(s)")
 
 
 @app.command()
@@ -159,33 +170,39 @@ def inspect(path: Path, json_out: JsonOpt = False) -> None:
     """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
     import tempfile
 
+    from deployc.captured import captured
     from deployc.errors import BuildError
-    from deployc.packaging.inspection import describe_bundle, describe_pte, open_bundle, verify_bundle
+    from deployc.packaging.inspection import (
+        check_bundle,
+        describe_bundle,
+        describe_pte,
+        open_bundle,
+    )
+    from deployc.views import render_inspect, render_pte
 
     console = Console(json_mode=json_out)
     if not path.exists():
         raise UserError.at(path, "no such file or directory")
     if path.is_file() and path.suffix == ".pte":
-        info = describe_pte(path)
+        with captured(_library_log("inspect"), f"deployc inspect {path}"):  # reading it imports torch
+            pte = describe_pte(path)
         if json_out:
-            console.document(info)
+            console.document(pte)
             return
-        render_pte(console, info)
+        render_pte(console, pte)
         return
     with tempfile.TemporaryDirectory(prefix="deployc-inspect-") as scratch_dir:
         scratch = tempfile.TemporaryDirectory(dir=scratch_dir)
         folder = open_bundle(path, scratch)
-        problems = verify_bundle(folder)
-        info = describe_bundle(folder) if not any("lock" in p for p in problems) else {"path": str(path)}
-        info["verified"] = not problems
-        info["problems"] = problems
-        info["path"] = str(path)
+        check = check_bundle(folder)
+        info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
+        info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
         if json_out:
             console.document(info)
         else:
             render_inspect(console, info)
-    if problems:
-        raise BuildError(f"{path}: {len(problems)} mismatch(es) against bundle.lock.json")
+    if not check.ok:
+        raise BuildError(f"{path}: {len(check.problems)} mismatch(es) against bundle.lock.json")
 
 
 @app.command()
@@ -195,6 +212,7 @@ def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
 
     from deployc.packaging.bundle_diff import diff_bundles
     from deployc.packaging.inspection import open_bundle
+    from deployc.views import render_diff
 
     console = Console(json_mode=json_out)
     for p in (a, b):
@@ -216,20 +234,25 @@ def run(
     bundle: Path,
     inputs: Annotated[list[str], typer.Option("--input", help="pipeline input NAME=VALUE (repeatable)")] = [],  # noqa: B006
     json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Execute a bundle's pipeline on this host, from the bundle alone."""
+    from deployc.captured import captured
+    from deployc.layout import RUNTIME_JSON
     from deployc.runtime.pipeline_runner import Bundle, jsonable
+    from deployc.views import render_run
 
-    console = Console(json_mode=json_out)
-    if not (bundle / "runtime.json").is_file():
-        raise UserError.at(bundle, "not a bundle directory (no runtime.json)")
+    console = Console(json_mode=json_out, verbose=verbose)
+    if not (bundle / RUNTIME_JSON).is_file():
+        raise UserError.at(bundle, f"not a bundle directory (no {RUNTIME_JSON})")
     values = {}
     for item in inputs:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UserError.at(bundle, f"--input {item!r}: expected NAME=VALUE")
         values[name] = value
-    result = Bundle(bundle).run(values)
+    with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
+        result = Bundle(bundle).run(values)
     if json_out:
         console.document(jsonable(result))
         return
@@ -249,22 +272,23 @@ def native_build(build_dir: Annotated[Path, typer.Option("--build-dir", help="CM
 
 @targets_app.command("list")
 def targets_list(json_out: JsonOpt = False) -> None:
-    """Profiles found on the search path (./targets and ancestors, then DEPLOYC_TARGETS_PATH)."""
-    from deployc.targets.profile import available_profiles, search_path
+    """Profiles on the search path: ./targets and its ancestors', DEPLOYC_TARGETS_PATH, then the built-in ones."""
+    from deployc.targets.profile import profile_origins
+    from deployc.views import render_profiles
 
     console = Console(json_mode=json_out)
-    found = available_profiles(search_path(Path.cwd()))
+    found = profile_origins(Path.cwd())
     if json_out:
-        console.document({name: str(p) for name, p in found.items()})
+        console.document({name: {"path": str(p), "from": origin} for name, (p, origin) in found.items()})
         return
-    for name, p in found.items():
-        console.result(f"{name}\t{p}")
+    render_profiles(console, found)
 
 
 @targets_app.command("show")
 def targets_show(name: str, json_out: JsonOpt = False) -> None:
     """A profile after inheritance."""
     from deployc.targets.profile import load_profile, search_path
+    from deployc.views import render_profile
 
     console = Console(json_mode=json_out)
     loaded = load_profile(name, Path.cwd(), search_path(Path.cwd()))
@@ -285,30 +309,54 @@ def schema(out: Annotated[Path, typer.Option(help="directory to write the schema
         console.result(f"wrote {path}")
 
 
+def _library_log(command: str) -> Path:
+    """Where what torch and the ExecuTorch runtime print during `command` goes: the local cache's logs."""
+    from deployc.cache import cache_spec, local_root
+
+    return local_root(cache_spec(None)) / "logs" / f"{command}.log"
+
+
+def _usage_lines(exc: Any) -> list[str]:
+    """A usage error as click would show it: the usage line, where to get help, the problem."""
+    ctx = getattr(exc, "ctx", None)
+    lines = []
+    if ctx is not None:
+        lines.append(ctx.get_usage())
+        lines.append(f"Try '{ctx.command_path} --help' for help.")
+    lines.append(f"error: {exc.format_message()}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     console = Console()
     try:
-        app(args=args, prog_name="deployc", standalone_mode=False)
-        return 0
+        result = app(args=args, prog_name="deployc", standalone_mode=False)
+        return result if isinstance(result, int) else 0  # --help and no-argument runs return their exit code
     except DeploycError as exc:
         if debug:
             traceback.print_exc()
         console.error_lines(exc.lines())
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
+    except click_exceptions.UsageError as exc:  # unknown option, missing argument, bad value
+        if exc.format_message():  # no arguments at all: the help was printed, nothing more to say
+            console.error_lines(_usage_lines(exc))
+        return 2
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except SystemExit as exc:  # rich on a closed pipe (`deployc --help | head`)
+        return exc.code if isinstance(exc.code, int) else 1
     except OSError as exc:  # disk full, permissions, a vanished file: the user's environment, not a bug
         where = f"{exc.filename}: " if exc.filename else ""
         console.error_lines([f"error: {where}{exc.strerror or exc}",
                              "    hint: check free space and permissions; finished outputs were left as they were"])
         return 1
-    except click.ClickException as exc:
+    except click_exceptions.ClickException as exc:
         console.error_lines([f"error: {exc.format_message()}"])
-        return 2
-    except (KeyboardInterrupt, click.exceptions.Abort):
+        return exc.exit_code
+    except (KeyboardInterrupt, typer.Abort):
         console.error_lines(["interrupted"])
         return 130
     except Exception as exc:  # the boundary: a bug must still exit cleanly with code 3

@@ -80,12 +80,18 @@ class UsageError(DeploycError):
 
 
 class BuildError(DeploycError):
+    """A build step failed (a unit, a worker, a write). Exit 1."""
+
     exit_code = 1
 
 
-class PackagingError(DeploycError):
+class RunError(DeploycError):
+    """A bundle cannot run on this host (damaged, or a program failed). Exit 1."""
+
     exit_code = 1
 
 
-class InternalError(DeploycError):
-    exit_code = 3
+class PlanChanged(DeploycError):
+    """A saved plan no longer matches its inputs (a hashed file or the toolchain changed). Exit 2."""
+
+    exit_code = 2

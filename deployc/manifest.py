@@ -152,7 +152,7 @@ class ModelSpec(Frozen):
 ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
-# ---- pipeline: a dataflow graph of model calls and built-in ops (checked in deployc.graph.pipeline) ----
+# ---- pipeline: a dataflow graph of model calls and built-in ops (checked in deployc.pipeline.checks) ----
 
 class PipelineInput(Frozen):
     type: Literal["text"] = "text"

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployc.errors import Diagnostic, UserError
-from deployc.graph.pipeline import check_pipeline
-from deployc.graph.source import find_module_file, module_roots
 from deployc.manifest import Manifest, check_references, parse_manifest
+from deployc.pipeline.checks import check_pipeline
 from deployc.schema_errors import closest
+from deployc.sources import find_module_file, module_roots
 from deployc.targets.profile import LoadedProfile, load_profile, search_path
 from deployc.yaml_io import Document, load_file
 

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from deployc.errors import BuildError
+from deployc.results import BundleResult
 
 
 def _files(folder: Path) -> dict[str, Path]:
@@ -23,17 +24,17 @@ def compare_trees(a: Path, b: Path) -> list[str]:
     return out
 
 
-def rebuild_and_compare(manifest: Path, target: str | None, bundles: dict[str, dict[str, str]]) -> list[str]:
+def rebuild_and_compare(what: list[str], bundles: dict[str, BundleResult]) -> list[str]:
+    """`what`: the build's own arguments naming what to build (a manifest and --target, or --plan FILE)."""
     with tempfile.TemporaryDirectory(prefix="deployc-repro-") as tmp:
         out, cache = Path(tmp) / "out", Path(tmp) / "cache"
-        cmd = [sys.executable, "-m", "deployc", "build", str(manifest), "--out", str(out), "--cache-dir", str(cache),
-               "--json", *(["--target", target] if target else [])]
+        cmd = [sys.executable, "-m", "deployc", "build", *what, "--out", str(out), "--cache-dir", str(cache), "--json"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"the second build failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         differences = []
         for t, paths in sorted(bundles.items()):
-            first_dir, first_archive = Path(paths["dir"]), Path(paths["archive"])
+            first_dir, first_archive = Path(paths.dir), Path(paths.archive)
             second_dir = out / first_dir.relative_to(first_dir.parent.parent.parent)
             second_archive = second_dir.parent / first_archive.name
             differences += [f"{t}/{d}" for d in compare_trees(first_dir, second_dir)]

@@ -14,15 +14,15 @@ is verified by sha256 against the marker before anything else sees the bytes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 from deployc.errors import UsageError
+from deployc.fingerprint import bytes_sha256
 
-ENTRY_FILE = "entry.json"
+ENTRY_FILE = "entry.json"  # the commit marker, here and in local caches
 MARKER_SCHEMA_VERSION = 1
 
 
@@ -68,7 +68,7 @@ class SharedStore:
             upload, files = marker["upload"], marker["files"]
             for name, info in files.items():
                 data = self.fs.cat_file(f"{d}/{upload}/{name}")
-                if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
+                if len(data) != info["size"] or bytes_sha256(data) != info["sha256"]:
                     raise CorruptEntry(f"{name} does not match its sha256")
                 (dest / name).write_bytes(data)
         except FileNotFoundError as exc:

@@ -1,33 +1,39 @@
-"""Facts about the build machine that change what gets built: tool versions, usable backends.
+"""Facts about the build machine that change what gets built: tool versions, usable backends, and
+the source of deployc's own compile code.
 
-Read from package metadata and the environment; nothing is imported, so `plan` stays instant.
+Read from package metadata, the environment and deployc's files; nothing is imported, so `plan`
+stays instant. A program key folds all of it: a new torch, or an edit to how deployc lowers or
+quantizes, never reuses a program built the old way (a shared cache included).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 from collections.abc import Mapping
-
-from pydantic import BaseModel, ConfigDict
+from pathlib import Path
 
 import deployc
-from deployc.targets.backends import BACKENDS, backend_env
+from deployc.fingerprint import file_sha256, key_of
+from deployc.schema_base import Frozen
+from deployc.targets.backends import BACKEND_FILES, BACKENDS
+from deployc.targets.backends.base import Availability
 
 # Every package whose version can change a program's bytes (flatbuffers included: it serializes them).
 VERSIONED = ("torch", "executorch", "torchao", "flatbuffers", "numpy")
 
+_PACKAGE = Path(deployc.__file__).resolve().parent
+# deployc's code that makes and measures every program, whatever the backend (relative to the package).
+COMPILE_CODE = ("graph", "facts.py", "runtime/host.py", "runtime/verify_worker.py", "targets/backends/base.py")
+# deployc's code that writes bundles: not in program keys, but a bundle made by other packaging code may differ.
+PACKAGE_CODE = ("packaging", "layout.py", "pipeline/config.py", "runtime/embed_worker.py")
 
-class BackendStatus(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    usable: bool
-    reason: str = ""
 
-
-class Toolchain(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class Toolchain(Frozen):
     versions: dict[str, str]
-    backends: dict[str, BackendStatus]
+    backends: dict[str, Availability]
+    code: dict[str, str]  # "compile", "package" and each backend name -> sha256 of the deployc source that makes it
 
 
 def _version(dist: str) -> str:
@@ -37,12 +43,27 @@ def _version(dist: str) -> str:
         return "not-installed"
 
 
+def _files_sha256(files: list[Path]) -> str:
+    return key_of([(f.relative_to(_PACKAGE).as_posix(), file_sha256(f)) for f in sorted(files)])
+
+
+def _code(entries: tuple[str, ...]) -> str:
+    files: list[Path] = []
+    for entry in entries:
+        path = _PACKAGE / entry
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return _files_sha256([f for f in files if "__pycache__" not in f.parts])
+
+
+def code_hashes() -> dict[str, str]:
+    out = {"compile": _code(COMPILE_CODE), "package": _code(PACKAGE_CODE)}
+    out.update({name: _files_sha256([path.resolve()]) for name, path in BACKEND_FILES.items()})
+    return out
+
+
 def detect(env: Mapping[str, str] | None = None) -> Toolchain:
-    env = backend_env(env)
+    env = dict(os.environ if env is None else env)
     versions = {"python": platform.python_version(), "deployc": deployc.__version__}
     versions.update({name: _version(name) for name in VERSIONED})
-    backends = {}
-    for name, backend in BACKENDS.items():
-        a = backend.available(env)
-        backends[name] = BackendStatus(usable=a.usable, reason=a.reason)
-    return Toolchain(versions=versions, backends=backends)
+    return Toolchain(versions=versions, backends={n: b.availability(env) for n, b in BACKENDS.items()},
+                     code=code_hashes())

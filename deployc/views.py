@@ -3,35 +3,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from deployc.console import Console
-from deployc.schema_base import format_size
+from deployc.sizes import format_size
 
 if TYPE_CHECKING:
-    from deployc.build import BuildReport
     from deployc.plan import BuildPlan
-    from deployc.targets.profile import LoadedProfile
+    from deployc.release import ReleaseStatus
+    from deployc.results import BuildReport
+    from deployc.targets.profile import LoadedProfile, Origin
 
 
-def render_plan(console: Console, build_plan: BuildPlan, status: dict[str, str]) -> None:
+def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
+                releases: list[ReleaseStatus]) -> None:
+    from deployc.release import EXPLAIN
+
     m = build_plan.manifest
     console.result(f"{m.name} {m.version}: {len(build_plan.units())} unit(s), "
                    f"{len(build_plan.programs())} distinct program(s)")
     table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
     skipped: list[str] = []
     for u in build_plan.units():
-        dims = ", ".join(f"{d.name}={d.min}..{d.max}" for d in u.step_of("export").dims) or "static"
-        table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.step_of("lower").partitioners) or "-",
+        dims = ", ".join(f"{d.name}={d.min}..{d.max}" for d in u.export.dims) or "static"
+        table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
                       u.quantization, dims, status[u.program_key], u.program_key[:12])
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
     console.table(table)
     for line in skipped:
         console.result(line)
+    for key, u in build_plan.programs().items():
+        console.result(f"  program {key[:12]} ({u.model}, {u.backend}): {u.quantize.description}")
     for u in build_plan.units():
-        budget = u.step_of("budget")
+        budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
         if budget.estimate_bytes is not None and limit is not None and budget.estimate_bytes > limit:
             console.warn(f"{u.model} on {u.target} ({u.unit}): weights alone are estimated at "
@@ -42,35 +50,44 @@ def render_plan(console: Console, build_plan: BuildPlan, status: dict[str, str])
             if a.kind == "vector_index":
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
                                f"({status[a.key]}, {a.key[:12]})")
+    for r in releases:
+        files = f": {', '.join(r.files)}" if r.files else ""
+        console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
 
 
 def render_build(console: Console, report: BuildReport) -> None:
     table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
                   "latency")
     for r in report.units:
-        rep = r.report
-        v = r.verification
-        metrics = v.get("metrics")
-        vtext = v.get("status", "-")
-        if metrics:
-            vtext += f" (cos {metrics['min_cosine']:.5f}, {metrics['min_sqnr_db']:.1f} dB)"
-        planned = max((m["planned_memory_bytes"] for m in rep.get("methods", {}).values()), default=None)
-        latency = rep.get("verification", {}).get("latency_ms")
+        f, v = r.facts, r.verification
+        vtext: str = v.status if v else "-"
+        if v and v.metrics:
+            vtext += f" (cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB)"
+        latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
-                      r.status, format_size(rep["size_bytes"]) if rep else "-",
-                      format_size(planned) if planned is not None else "-",
-                      f"{rep['delegated_share']:.0%}" if rep else "-", vtext,
+                      r.status, format_size(f.size_bytes) if f else "-",
+                      format_size(f.planned_memory_bytes) if f else "-",
+                      f"{f.delegated_share:.0%}" if f else "-", vtext,
                       f"{latency:.2f} ms" if latency is not None else "-")
     console.table(table)
     for r in report.failed:
-        console.result(f"FAILED {r.unit.model} on {r.unit.target} ({r.unit.unit}) at {r.step}: {r.error}")
+        assert r.failure is not None
+        where = f"{r.failure.at}: error: " if r.failure.at else ""
+        console.result(f"{where}FAILED {r.unit.model} on {r.unit.target} ({r.unit.unit}) at {r.failure.step}: "
+                       f"{r.failure.error}")
+        if r.failure.log:
+            console.result(f"  what the libraries printed: {r.failure.log}")
     for r in report.units:
-        if r.verification.get("status") == "not-run":
-            console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification['reason']}")
+        if r.verification and r.verification.status == "not-run":
+            console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
     for t, b in report.bundles.items():
-        console.result(f"bundle {t}: {b['dir']}  ({b['archive']})")
-    for t, why in report.skipped_bundles.items():
+        console.result(f"bundle {t}: {b.dir}  ({b.archive})")
+    for t, why in report.bundles_not_written.items():
         console.result(f"no bundle for {t}: {why}")
+    if report.differences is not None:
+        console.result("reproducible: byte-identical" if report.reproducible else "NOT reproducible:")
+        for line in report.differences:
+            console.result(f"  {line}")
 
 
 def render_inspect(console: Console, info: dict[str, Any]) -> None:
@@ -130,6 +147,13 @@ def render_run(console: Console, result: dict[str, Any]) -> None:
             console.result(f"{name}: {value}")
     console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
                    + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+
+
+def render_profiles(console: Console, found: dict[str, tuple[Path, Origin]]) -> None:
+    table = Table("profile", "from", "file")
+    for name, (path, origin) in found.items():
+        table.add_row(name, origin, str(path))
+    console.table(table)
 
 
 def render_profile(console: Console, loaded: LoadedProfile) -> None:

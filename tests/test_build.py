@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Built, build_json, make_project
+from conftest import Built, build_json, make_project, run_subprocess
 from deployc.fingerprint import file_sha256
 
 pytestmark = pytest.mark.slow
@@ -80,12 +80,12 @@ def test_8da8w_is_quantized_and_within_tolerance(suite: Built) -> None:
 
 
 def test_w8a8_conv_folds_batch_norm_and_calibrates_on_the_dataset(suite: Built) -> None:
-    from deployc.plan import make_plan
+    from deployc.planner import make_plan
     from deployc.project import load_project
     from deployc.toolchain import detect
 
     plan = make_plan(load_project(suite.manifest, env={}), detect({}))
-    recipe = next(u for u in plan.units() if u.model == "conv_w8a8").step_of("quantize").recipe
+    recipe = next(u for u in plan.units() if u.model == "conv_w8a8").quantize.recipe
     assert recipe.calibration_dataset == "calib/conv.pt"
     assert recipe.calibration_dataset_sha256 == file_sha256(suite.folder / "calib" / "conv.pt")
     u = suite.unit("conv_w8a8", "arduino_q")
@@ -240,10 +240,59 @@ def test_failures_are_reported_per_unit_while_others_build(tmp_path: Path) -> No
 def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
     import torch
 
-    from deployc.graph.program_builder import _start_verifier, _verify
+    from deployc.graph.verify import start_verifier, verify
 
     broken = tmp_path / "broken.pte"
     broken.write_bytes(b"\x00" * 64)
     x = [torch.ones(1, 4)]
-    result = _verify(broken, [("forward", {}, x)], [[torch.ones(1, 4)]], _start_verifier())
-    assert result["status"] == "error" and result["reason"].startswith("executorch.runtime crashed (exit code 1)")
+    result = verify(broken, [("forward", {}, x)], [[torch.ones(1, 4)]], start_verifier())
+    assert result.status == "error" and result.reason.startswith("executorch.runtime crashed (exit code 1)")
+
+
+PROMISES = """\
+apiVersion: deployc/v1
+name: promises
+version: 0.1.0
+targets: [arduino_q]
+models:
+  strict:
+    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 16, classes: 2}}
+    inputs:
+      x: {shape: [1, 8]}
+    quantization: 8da8w
+    verify: {min_sqnr_db: 200}
+  misdeclared:
+    source: {factory: "models.small:mlp", kwargs: {features: 8, hidden: 16, classes: 2}}
+    inputs:
+      x: {shape: [1, 8]}
+    outputs:
+      logits: {shape: [1, 3]}
+"""
+
+
+def test_a_missed_tolerance_or_a_wrong_output_declaration_fails_the_unit(tmp_path: Path) -> None:
+    manifest = make_project(tmp_path / "project", PROMISES, "promises.yaml")
+    r = run_subprocess("build", str(manifest), "--out", str(tmp_path / "dist"), "--cache-dir", str(tmp_path / "cache"),
+                       cwd=manifest.parent)
+    assert r.code == 1 and "Traceback" not in r.err
+    strict = next(line for line in r.out.splitlines() if line.startswith("FAILED strict"))
+    sqnr = strict.split("SQNR ")[1].split(" dB <")[0]
+    assert 20 < float(sqnr) < 200  # int8: close to eager, far from exact
+    assert strict == (f"FAILED strict on arduino_q (cpu) at verify: verification against eager PyTorch missed: "
+                      f"SQNR {sqnr} dB < 200.0 dB")
+    # Located at the declaration (line 17, column 7 of the manifest: `logits:` under `outputs:`).
+    assert (f"{manifest}:17:7: error: FAILED misdeclared on arduino_q (cpu) at outputs: models.misdeclared.outputs: "
+            "output logits: declared float32[1, 3], the model returns float32[1, 2]") in r.out
+    assert "no bundle for arduino_q: 2 unit(s) failed: strict, misdeclared" in r.out
+    assert not (tmp_path / "dist" / "promises" / "0.1.0" / "arduino_q").exists()
+
+
+def test_library_output_goes_to_unit_logs_not_the_terminal(suite: Built) -> None:
+    err = suite.result.err
+    for noise in ("cpuinfo_utils", "_C_mxfp8", "Warning:", "DeprecationWarning", "Traceback"):
+        assert noise not in err
+    logs = {p.name for p in (suite.cache / "logs").glob("*.log")}
+    assert "mlp_8da8w--snapdragon--cpu.log" in logs or "mlp_8da8w--arduino_q--cpu.log" in logs
+    assert any(name.startswith("worker-") for name in logs)
+    unit_log = next((suite.cache / "logs").glob("conv_w8a8--*.log")).read_text()
+    assert unit_log.startswith("=== conv_w8a8@")

@@ -41,17 +41,17 @@ def test_vocabularies_agree() -> None:
         assert b.schemes <= set(SCHEMES)
 
 
-def test_validate_imports_no_torch_and_is_fast() -> None:
+def test_validate_imports_no_torch() -> None:
+    """(How fast it is: benchmarks/cli_bench.py.)"""
     code = (
-        "import sys, time; t = time.perf_counter();"
+        "import sys;"
         "from deployc.cli import main; rc = main(['validate', *sys.argv[1:]]);"
-        "print(rc, 'torch' in sys.modules, 'executorch' in sys.modules or 'ray' in sys.modules, time.perf_counter() - t)"
+        "print(rc, 'torch' in sys.modules, 'executorch' in sys.modules or 'ray' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code, *map(str, EXAMPLES)], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
-    rc, torch_loaded, et_loaded, seconds = proc.stdout.splitlines()[-1].split()
+    rc, torch_loaded, et_loaded = proc.stdout.splitlines()[-1].split()
     assert (rc, torch_loaded, et_loaded) == ("0", "False", "False"), proc.stderr
-    assert float(seconds) < 1.0
 
 
 def test_debug_shows_traceback_only_when_asked(project: Path) -> None:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, Built
+from conftest import Built
 from deployc.packaging.runtime_config import encode
 
 pytestmark = pytest.mark.slow
@@ -133,5 +132,3 @@ def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
     with pytest.raises(BuildError, match="cmake and c\\+\\+ not found; install them, e.g. `apt-get install cmake g\\+\\+"):
         build_runner(tmp_path / "build", lambda _: None)
-    assert sys.executable  # the Python side keeps working without them
-    assert (REPO / "native" / "CMakeLists.txt").is_file()

@@ -11,22 +11,25 @@ from pathlib import Path
 import pytest
 
 from deployc.errors import PlanError
-from deployc.plan import make_plan
+from deployc.planner import make_plan
 from deployc.project import load_project
 from deployc.quantization import SCHEMES
 from deployc.targets.backends import BACKENDS
-from deployc.toolchain import BackendStatus, Toolchain, detect
+from deployc.targets.backends.base import Availability
+from deployc.toolchain import Toolchain, detect
 
 REPO = Path(__file__).resolve().parent.parent
 VERSIONS = {"python": "3.11.7", "deployc": "0.1.0", "torch": "2.13.0+cpu", "executorch": "1.5.1",
             "torchao": "0.18.0", "flatbuffers": "25.2.10", "numpy": "2.4.6"}
+# Fixed code hashes: golden plans must not change with every edit of deployc's compile code.
+CODE = {"compile": "c0" * 32, "package": "9a" * 32, **{n: f"{i:02d}" * 32 for i, n in enumerate(sorted(BACKENDS))}}
 
 
-def toolchain(qnn: bool = False, **versions: str) -> Toolchain:
-    backends = {n: BackendStatus(usable=True) for n in BACKENDS}
+def toolchain(qnn: bool = False, code: dict[str, str] | None = None, **versions: str) -> Toolchain:
+    backends = {n: Availability(usable=True) for n in BACKENDS}
     if not qnn:
-        backends["qnn"] = BackendStatus(usable=False, reason="Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)")
-    return Toolchain(versions={**VERSIONS, **versions}, backends=backends)
+        backends["qnn"] = Availability(usable=False, reason="Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)")
+    return Toolchain(versions={**VERSIONS, **versions}, backends=backends, code={**CODE, **(code or {})})
 
 
 def write_manifest(folder: Path, model_body: str = "", *, targets: str = "[snapdragon, arduino_q]",
@@ -114,7 +117,7 @@ def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> 
         plan = make_plan(load_project(path), toolchain(qnn=True))
         (unit,) = plan.units()
         assert (unit.backend, unit.quantization) == (backend, scheme)
-        recipe = unit.step_of("quantize").recipe
+        recipe = unit.quantize.recipe
         assert recipe.method == ("none" if scheme in ("fp32", "fp16") else "pt2e" if SCHEMES[scheme].calibrated
                                  else "torchao")
     else:
@@ -133,9 +136,9 @@ def test_override_precedence(project: Path) -> None:
     plan = make_plan(load_project(write_manifest(project, body, quant="8da8w")), toolchain())
     by_target = {u.target: u for u in plan.units()}
     sd, aq = by_target["snapdragon"], by_target["arduino_q"]
-    assert sd.quantization == "8da8w" and sd.step_of("quantize").recipe.group_size is None
-    assert aq.quantization == "8da4w" and aq.step_of("quantize").recipe.group_size == 64
-    v_sd, v_aq = sd.step_of("verify"), aq.step_of("verify")
+    assert sd.quantization == "8da8w" and sd.quantize.recipe.group_size is None
+    assert aq.quantization == "8da4w" and aq.quantize.recipe.group_size == 64
+    v_sd, v_aq = sd.verify, aq.verify
     assert (v_sd.min_cosine, v_sd.min_sqnr_db) == (0.95, SCHEMES["8da8w"].min_sqnr_db)
     assert (v_aq.min_cosine, v_aq.min_sqnr_db) == (0.95, 9.0)
 
@@ -143,8 +146,8 @@ def test_override_precedence(project: Path) -> None:
 def test_verify_points_and_not_run(project: Path) -> None:
     plan = make_plan(load_project(write_manifest(project, quant="fp32")), toolchain())
     by_target = {u.target: u for u in plan.units()}
-    assert by_target["arduino_q"].step_of("verify").points == [{"batch": 1}, {"batch": 4}, {"batch": 8}]
-    gpu = by_target["snapdragon"].step_of("verify")
+    assert by_target["arduino_q"].verify.points == [{"batch": 1}, {"batch": 4}, {"batch": 8}]
+    gpu = by_target["snapdragon"].verify
     assert not gpu.run and gpu.reason.startswith("not run on this host: Vulkan")
 
 
@@ -157,7 +160,7 @@ def test_same_program_shared_across_targets(project: Path) -> None:
     plan = make_plan(load_project(write_manifest(project, quant="8da8w")), toolchain())
     keys = {u.target: u.program_key for u in plan.units()}
     assert keys["snapdragon"] == keys["arduino_q"] and len(plan.programs()) == 1
-    assert len({u.step_of("package").key for u in plan.units()}) == 2
+    assert len({u.package.key for u in plan.units()}) == 2
 
 
 @pytest.mark.parametrize("change", ["kwargs", "source", "dims", "dtype", "group", "seed", "torch", "flatbuffers",
@@ -208,7 +211,7 @@ def test_labels_and_tolerances_do_not_change_the_program_key(project: Path) -> N
 def test_keys_are_stable_across_processes(project: Path) -> None:
     path = write_manifest(project, quant="8da8w")
     here = make_plan(load_project(path), detect({}))
-    code = ("import json, sys; from pathlib import Path; from deployc.plan import make_plan;"
+    code = ("import json, sys; from pathlib import Path; from deployc.planner import make_plan;"
             "from deployc.project import load_project; from deployc.toolchain import detect;"
             "p = make_plan(load_project(Path(sys.argv[1])), detect({}));"
             "print(json.dumps([u.program_key for u in p.units()]))")
@@ -221,25 +224,32 @@ def test_keys_are_stable_across_processes(project: Path) -> None:
 GOLDEN = REPO / "tests" / "golden"
 
 
+def _portable(text: str) -> str:
+    """A plan's text with this machine's paths replaced, so that the golden files hold on any checkout."""
+    for path, name in ((Path(sys.prefix), "<venv>"), (REPO, "<repo>")):
+        text = text.replace(str(path.resolve()), name)
+    return text
+
+
 @pytest.mark.parametrize("manifest", sorted((REPO / "manifests").glob("*.yaml")), ids=lambda p: p.stem)
 def test_golden_plans(manifest: Path) -> None:
     plan = make_plan(load_project(manifest, env={}), toolchain()).model_dump(mode="json")
     golden = GOLDEN / f"{manifest.stem}.plan.json"
-    text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
+    text = _portable(json.dumps(plan, indent=2, sort_keys=True) + "\n")
     if os.environ.get("DEPLOYC_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert golden.read_text() == text, "plan changed; rerun with DEPLOYC_UPDATE_GOLDEN=1 if intended"
 
 
-def test_plan_command_imports_no_torch_and_is_fast(project: Path) -> None:
+def test_plan_command_imports_no_torch(project: Path) -> None:
+    """(How fast it is: benchmarks/cli_bench.py.)"""
     path = write_manifest(project, quant="8da8w")
-    code = ("import sys, time; t = time.perf_counter(); from deployc.cli import main;"
+    code = ("import sys; from deployc.cli import main;"
             "rc = main(['plan', '--json', sys.argv[1]]);"
-            "print(rc, 'torch' in sys.modules or 'ray' in sys.modules, time.perf_counter() - t, file=sys.stderr)")
+            "print(rc, 'torch' in sys.modules or 'ray' in sys.modules or 'executorch' in sys.modules, file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
-    rc, torch_loaded, seconds = proc.stderr.split()[-3:]
+    rc, torch_loaded = proc.stderr.split()[-2:]
     assert (rc, torch_loaded) == ("0", "False"), proc.stderr
-    assert float(seconds) < 1.0
     doc = json.loads(proc.stdout)
     assert {u["unit"] for t in doc["plan"]["targets"] for u in t["units"]} == {"cpu"}
     assert set(doc["cache"].values()) == {"new"}
@@ -260,14 +270,14 @@ def test_plan_warns_when_declared_params_exceed_a_budget(project: Path, cli) -> 
     assert ("warning: clf on arduino_q (mcu): weights alone are estimated at 4.77 MiB from `params`, over the "
             "unit's 1.50 MiB budget; the build will check the real size") in r.err
     plan = make_plan(load_project(path), toolchain())
-    assert plan.units()[0].step_of("budget").estimate_bytes == 5_000_000
+    assert plan.units()[0].budget.estimate_bytes == 5_000_000
 
 
 def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.metadata
 
-    import deployc.graph.source as source
+    import deployc.sources as source
 
     (project / "models" / "weights_user.py").write_text(
         "import os\nimport numpy as np\nimport yaml\nfrom models import small\nfrom . import small as s2\n"
@@ -278,7 +288,7 @@ def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
 
     path = write_manifest(project)
     before = make_plan(load_project(path), toolchain())
-    assert before.units()[0].step_of("load").packages["torch"] == importlib.metadata.version("torch")
+    assert before.units()[0].load.packages["torch"] == importlib.metadata.version("torch")
     real = source._distribution
 
     class Upgraded(importlib.metadata.PathDistribution):
@@ -290,5 +300,5 @@ def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
 
     monkeypatch.setattr(source, "_distribution", upgraded)
     after = make_plan(load_project(path), toolchain())
-    assert after.units()[0].step_of("load").packages["numpy"] == "999.0"
+    assert after.units()[0].load.packages["numpy"] == "999.0"
     assert {u.program_key for u in before.units()}.isdisjoint({u.program_key for u in after.units()})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from deployc.targets.profile import load_profile, search_path
+from deployc.targets.profile import BUILTIN_DIR, load_profile, search_path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,12 @@ def test_env_search_path(tmp_path: Path, monkeypatch, cli) -> None:
     monkeypatch.chdir(work)
     monkeypatch.setenv("DEPLOYC_TARGETS_PATH", str(extra))
     r = cli("targets", "list", "--json")
-    assert r.code == 0 and json.loads(r.out) == {"board": str(extra / "board.yaml")}
+    assert r.code == 0
+    assert json.loads(r.out) == {
+        "board": {"path": str(extra / "board.yaml"), "from": "DEPLOYC_TARGETS_PATH"},
+        "arduino_q": {"path": str(BUILTIN_DIR / "arduino_q.yaml"), "from": "built-in"},
+        "snapdragon": {"path": str(BUILTIN_DIR / "snapdragon.yaml"), "from": "built-in"},
+    }
     r = cli("targets", "show", "board", "--json")
     assert r.code == 0
     shown = json.loads(r.out)
@@ -68,3 +73,35 @@ def test_targets_show_human(project: Path, cli) -> None:
     r = cli("targets", "show", "arduino_q")
     assert r.code == 0
     assert "cortex_m" in r.out and "flash=1.50 MiB" in r.out
+
+
+def test_a_manifest_anywhere_finds_the_shipped_profiles(tmp_path: Path, monkeypatch, cli) -> None:
+    """No targets/ folder anywhere above it, no DEPLOYC_TARGETS_PATH: the profiles inside the package."""
+    monkeypatch.delenv("DEPLOYC_TARGETS_PATH", raising=False)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "net.py").write_text("import torch\ndef build():\n    return torch.nn.Linear(4, 2)\n")
+    (tmp_path / "m.yaml").write_text("apiVersion: deployc/v1\nname: anywhere\nversion: 1.0.0\n"
+                                     "targets: [snapdragon, arduino_q]\nmodels:\n"
+                                     "  net:\n    source: {factory: 'models.net:build'}\n"
+                                     "    inputs: {x: {shape: [1, 4]}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert not any((p / "targets").is_dir() for p in (tmp_path, *tmp_path.parents))
+    r = cli("validate", "m.yaml")
+    assert r.code == 0, r.err
+    r = cli("targets", "list")
+    assert r.code == 0
+    rows = [line.split("│")[1:4] for line in r.out.splitlines() if "built-in" in line]
+    assert sorted(cells[0].strip() for cells in rows) == ["arduino_q", "snapdragon"]
+
+
+def test_a_project_profile_shadows_the_shipped_one(tmp_path: Path, monkeypatch, cli) -> None:
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "snapdragon.yaml").write_text(
+        (BUILTIN_DIR / "snapdragon.yaml").read_text().replace("threads: 4", "threads: 6"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEPLOYC_TARGETS_PATH", raising=False)
+    r = cli("targets", "list", "--json")
+    found = json.loads(r.out)
+    assert found["snapdragon"] == {"path": str(tmp_path / "targets" / "snapdragon.yaml"), "from": "project"}
+    assert found["arduino_q"]["from"] == "built-in"
+    assert load_profile("snapdragon", tmp_path, search_path(tmp_path)).profile.unit("cpu").threads == 6

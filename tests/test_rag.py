@@ -89,14 +89,16 @@ def test_generation_matches_the_eager_model(rag: Path) -> None:
     import torch
 
     from deployc.graph.quantize import torchao_quantize
+    from deployc.quantization import Recipe
     from deployc.runtime.generation import generate
-    from deployc.targets.recipes import Recipe
+    from deployc.targets.backends import BACKENDS
     from models.tiny_llm import build
 
     bundle = _bundle(rag)
     torch.manual_seed(0)  # the model's seed in the manifest; deployc seeds before calling the factory
     eager = build(vocab_size=30522, dim=128, layers=2, heads=4, hidden=256, max_seq_len=384)
-    torchao_quantize(eager, Recipe(scheme="8da4w", method="torchao", config="", group_size=32))
+    recipe = Recipe(scheme="8da4w", method="torchao", group_size=32)
+    torchao_quantize(eager, BACKENDS["xnnpack"].quantizer(recipe, {}), recipe.group_size)
     prompt = [101, 2129, 2079, 6970, 6776, 2156, 2073, 1996, 4870, 2024, 1029]
 
     def eager_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -115,8 +117,10 @@ def test_deployc_run_answers_from_the_bundle_alone(rag: Path, tmp_path: Path) ->
     copy = tmp_path / "bundle"
     shutil.copytree(rag / "snapdragon", copy)  # nothing but the bundle directory
     r = run_subprocess("run", str(copy), "--input", "query=How many hearts does an octopus have?", "--json",
-                       cwd=tmp_path)
+                       cwd=tmp_path, env={"DEPLOYC_CACHE_DIR": str(tmp_path / "cache")})
     assert r.code == 0, r.err[-2000:]
+    assert r.err == ""  # the runtime's [cpuinfo_utils.cpp:...] lines went to the log
+    assert "cpuinfo_utils" in (tmp_path / "cache" / "logs" / "run.log").read_text()
     result = json.loads(r.out)
     sources = result["outputs"]["sources"]
     assert sources[0]["source"] == "corpus/octopus.md" and len(sources) == 3
@@ -134,3 +138,21 @@ def test_run_refuses_a_tampered_bundle(rag: Path, tmp_path: Path) -> None:
     r = run_subprocess("run", str(copy), "--input", "query=hello", cwd=tmp_path)
     assert r.code == 1
     assert "bundle does not match its lock: assets/indexes/docs.f32: size 16" in r.err
+
+
+def test_a_saved_plan_applies_to_the_same_bundles(rag: Path, tmp_path: Path) -> None:
+    """`deployc plan --out` then `deployc build --plan`, on the main example: the same bytes as the one-go build."""
+    from deployc.reproducibility import compare_trees
+
+    folder = rag.parent.parent.parent
+    manifest, cache = folder / "project" / "rag_offline.yaml", folder / "cache"
+    saved = tmp_path / "rag.plan.json"
+    r = run_subprocess("plan", str(manifest), "--out", str(saved), "--cache-dir", str(cache), "--dist",
+                       str(folder / "dist"), cwd=tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    assert "release snapdragon: unchanged" in r.out and "release arduino_q: unchanged" in r.out
+    r = run_subprocess("build", "--plan", str(saved), "--out", str(tmp_path / "dist"), "--cache-dir", str(cache),
+                       "--json", cwd=tmp_path)
+    assert r.code == 0, r.err[-2000:]
+    assert {u["status"] for u in json.loads(r.out)["units"]} == {"cached"}
+    assert compare_trees(rag, tmp_path / "dist" / "rag-offline" / "1.0.0") == []

@@ -20,18 +20,17 @@ from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from deployc.cache import Cache, unit_id
+from deployc.cache import Cache
 from deployc.errors import BuildError, UsageError
-from deployc.executors import Progress, payload
+from deployc.events import Event, EventSink
 from deployc.fingerprint import file_sha256
 from deployc.plan import UnitPlan
-from deployc.project import Project
+from deployc.results import Node, WorkerJob, WorkerResult
 
 MAX_RETRIES = 3  # attempts after the first, for worker processes that die (OOM killer, node loss)
 INSTALL_HINT = ("--executor ray needs Ray, which is not installed: pip install 'deployc[ray]' "
                 "(use the Ray version your cluster runs)")
 CONNECT_TIMEOUT_S = 10
-RUNNING = "running on node "  # the first event of every attempt; the driver counts attempts by it
 # Never shipped to workers: version control, environments, caches, build outputs.
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "node_modules", "dist", ".deployc-cache", "*.pte", "*.tar.gz"]
 # Offline switches the workers must honour as the driver does.
@@ -66,41 +65,43 @@ def _installed() -> bool:
         return False
 
 
-def _node(ray: Any) -> dict[str, Any]:
+def _node(ray: Any) -> Node:
     ctx = ray.get_runtime_context()
-    return {"executor": "ray", "node_id": ctx.get_node_id(), "address": ray.util.get_node_ip_address(),
-            "host": socket.gethostname(), "pid": os.getpid()}
+    return Node(executor="ray", node_id=ctx.get_node_id(), address=ray.util.get_node_ip_address(),
+                host=socket.gethostname(), pid=os.getpid())
 
 
-def build_unit_task(p: dict[str, Any], events: Any, threads: int) -> dict[str, Any]:
+def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any, threads: int) -> WorkerResult:
     """Runs on a Ray worker. Its working directory is the manifest folder that Ray unpacked."""
     import ray
 
-    from deployc.graph import program_builder
+    from deployc.graph import worker
 
     node = _node(ray)
 
-    def emit(label: str, step: str) -> None:
+    def emit(event: Event) -> None:
         # Fire and forget: a task blocked in ray.get() lends its CPU to another task, oversubscribing the node.
-        events.actor.put_nowait.remote((label, step))
+        events.actor.put_nowait.remote(event)
 
-    emit(p["label"], f"{RUNNING}{node['node_id'][:12]} (pid {node['pid']})")
-    program_builder.set_event_sink(emit)
-    program_builder.set_threads(threads)
-    p = {**p, "manifest_dir": os.getcwd()}
-    if p["cache"] is not None:  # a shared cache every node reaches: publish there, return the key
-        result = program_builder.build_program(p)
+    # Every attempt starts with this event: the driver counts them, so retries are known from data.
+    emit(Event(label=unit.label, kind="started", where=f"node {(node.node_id or '')[:12]} (pid {node.pid})"))
+    worker.set_event_sink(emit)
+    worker.set_threads(threads)
+    # Ray's worker logs keep what the libraries print (log_dir None): the node's log directory.
+    job = WorkerJob(unit=unit, cache=shared_cache or "", folder=os.getcwd(), log_dir=None)
+    if shared_cache is not None:  # a shared cache every node reaches: publish there, return the key
+        result = worker.build_program(job)
     else:
         with tempfile.TemporaryDirectory(prefix="deployc-ray-unit-") as tmp:
-            result = program_builder.build_program({**p, "cache": tmp})
-            if result["status"] == "built":
-                entry, _ = Cache(Path(tmp)).get(result["key"])
+            result = worker.build_program(job.model_copy(update={"cache": tmp}))
+            if result.status == "built":
+                entry, _ = Cache(Path(tmp)).get(result.key)
                 if entry is None:
                     raise RuntimeError("the unit's entry vanished from the worker's cache")
-                result["files"] = {name: (entry.file(name).read_bytes(), info["sha256"])
-                                   for name, info in entry.files.items()}
-    result["node"] = node
-    return result
+                result = result.model_copy(update={"files": {
+                    name: (entry.file(name).read_bytes(), str(info["sha256"])) for name, info in entry.files.items()}})
+    emit(Event(label=unit.label, kind="finished", status=result.status, where=f"node {(node.node_id or '')[:12]}"))
+    return result.model_copy(update={"node": node})
 
 
 def _store_returned(cache: Cache, unit: UnitPlan, files: dict[str, tuple[bytes, str]]) -> None:
@@ -112,8 +113,8 @@ def _store_returned(cache: Cache, unit: UnitPlan, files: dict[str, tuple[bytes, 
         for name, (data, sha256) in files.items():
             (staging / name).write_bytes(data)
             if file_sha256(staging / name) != sha256:
-                raise BuildError(f"{unit.model}@{unit.target}: {name} arrived from the Ray worker damaged")
-        cache.put(key, staging, unit_id(unit.model, unit.target, unit.unit))
+                raise BuildError(f"{unit.label}: {name} arrived from the Ray worker damaged")
+        cache.put(key, staging, unit.slug)
 
 
 def _check_reachable(address: str) -> None:
@@ -151,11 +152,11 @@ class RayExecutor:
         where = f"the Ray cluster at {self.address}" if self.address else f"a local Ray cluster ({self.jobs} CPU(s))"
         return f"Ray tasks on {where}"
 
-    def _connect(self, ray: Any, project: Project, out_dirs: list[str], log: Path) -> None:
+    def _connect(self, ray: Any, folder: Path, out_dirs: list[str], log: Path) -> None:
         # Ray skips files named in .gitignore by default; checkpoints and datasets often are.
         os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
         env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-        runtime_env = {"working_dir": str(project.folder.resolve()), "excludes": EXCLUDES + out_dirs,
+        runtime_env = {"working_dir": str(folder), "excludes": EXCLUDES + out_dirs,
                        "env_vars": env}
         common = {"runtime_env": runtime_env, "log_to_driver": False, "logging_level": "ERROR",
                   "configure_logging": True}
@@ -171,40 +172,38 @@ class RayExecutor:
             where = self.address or "a local cluster"
             raise BuildError(f"cannot start Ray tasks on {where}: {str(exc).splitlines()[0][:300]}") from exc
 
-    def run(self, todo: list[UnitPlan], project: Project, cache: Cache,
-            progress: Progress) -> dict[str, dict[str, Any]]:
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
         ray = import_ray()
         from ray.util.queue import Empty, Queue
 
-        folder = project.folder.resolve()
+        folder = folder.resolve()
         out_dirs = [p.relative_to(folder).as_posix() for p in (cache.root.resolve(),) if p.is_relative_to(folder)]
         log = cache.root / "logs" / "ray-driver.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         # Ray's driver prints cluster notices ("a worker died ...") on sys.stdout, where --json writes its
         # document: they go to the log; what they mean reaches the user as retries and failures.
         with open(log, "a") as notices, redirect_stdout(notices):
-            self._connect(ray, project, out_dirs, log)
-            return self._run_connected(ray, Empty, Queue, todo, cache, progress)
+            self._connect(ray, folder, out_dirs, log)
+            return self._run_connected(ray, Empty, Queue, todo, cache, events)
 
     def _run_connected(self, ray: Any, Empty: Any, Queue: Any, todo: list[UnitPlan], cache: Cache,
-                       progress: Progress) -> dict[str, dict[str, Any]]:
+                       events: EventSink) -> dict[str, WorkerResult]:
         attempts: dict[str, int] = {}
         stop = threading.Event()
 
-        def show(label: str, step: str) -> None:
-            if step.startswith(RUNNING):
-                attempts[label] = attempts.get(label, 0) + 1
-                if attempts[label] > 1:
-                    step = f"retry {attempts[label] - 1} of {MAX_RETRIES}, {step}"
-            progress(f"  {label}: {step}")
+        def show(event: Event) -> None:
+            if event.kind == "started":
+                attempts[event.label] = attempts.get(event.label, 0) + 1
+                event = event.model_copy(update={"attempt": attempts[event.label], "max_attempts": MAX_RETRIES + 1})
+            events(event)
 
         try:
-            events = Queue(actor_options={"num_cpus": 0})
+            channel = Queue(actor_options={"num_cpus": 0})
 
             def drain() -> None:
                 while not stop.is_set():
                     try:
-                        show(*events.get(timeout=0.5))
+                        show(channel.get(timeout=0.5))
                     except Empty:
                         continue
                     except Exception:  # the cluster went away; the task results say what happened
@@ -216,44 +215,40 @@ class RayExecutor:
                               retry_exceptions=False)(build_unit_task)
             spec = cache.spec if _shareable(cache) else None
             units = {u.program_key: u for u in todo}
-            refs = {task.options(name=f"deployc:{u.model}@{u.target}").remote(
-                payload(u, spec, None), events, self.cpus_per_unit): key for key, u in units.items()}
-            results: dict[str, dict[str, Any]] = {}
+            refs = {task.options(name=f"deployc:{u.label}").remote(u, spec, channel, self.cpus_per_unit): key
+                    for key, u in units.items()}
+            results: dict[str, WorkerResult] = {}
             pending = list(refs)
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 key = refs[done[0]]
-                r = results[key] = self._collect(ray, done[0], units[key], cache)
-                node = r.get("node", {}).get("node_id")
-                where = f" (node {node[:12]})" if node else ""
-                progress(f"  {units[key].label}: {r['status']}{where}")
+                results[key] = self._collect(ray, done[0], units[key], cache)
             stop.set()
             reader.join()
-            for label, step in events.get_nowait_batch(events.qsize()):  # what arrived after the last poll
-                show(label, step)
-            for key, r in results.items():
-                r["attempts"] = max(1, attempts.get(units[key].label, 1))
-            return results
+            for event in channel.get_nowait_batch(channel.qsize()):  # what arrived after the last poll
+                show(event)
+            return {key: r.model_copy(update={"attempts": max(1, attempts.get(units[key].label, 1))})
+                    for key, r in results.items()}
         finally:
             stop.set()
             ray.shutdown()
 
-    def _collect(self, ray: Any, ref: Any, unit: UnitPlan, cache: Cache) -> dict[str, Any]:
+    def _collect(self, ray: Any, ref: Any, unit: UnitPlan, cache: Cache) -> WorkerResult:
         key = unit.program_key
         try:
-            result: dict[str, Any] = ray.get(ref)
+            result: WorkerResult = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # our code raised on the worker: a bug, not retried
             cause = exc.cause if exc.cause is not None else exc
-            return {"key": key, "status": "failed", "step": "build",
-                    "error": f"the Ray task raised {type(cause).__name__}: {str(cause)[:400]}"}
+            return WorkerResult(key=key, status="failed", step="build",
+                                error=f"the Ray task raised {type(cause).__name__}: {str(cause)[:400]}")
         except ray.exceptions.RayError as exc:
-            return {"key": key, "status": "failed", "step": "build",
-                    "error": f"the Ray worker died {MAX_RETRIES + 1} times (killed, out of memory or a lost "
-                             f"node); Ray gave up: {str(exc).splitlines()[0][:300]}"}
-        files = result.pop("files", None)
-        if files is not None:
+            return WorkerResult(key=key, status="failed", step="build",
+                                error=f"the Ray worker died {MAX_RETRIES + 1} times (killed, out of memory or a lost "
+                                      f"node); Ray gave up: {str(exc).splitlines()[0][:300]}")
+        if result.files is not None:
+            files, result = result.files, result.model_copy(update={"files": None})
             try:
                 _store_returned(cache, unit, files)
             except BuildError as exc:
-                return {**result, "status": "failed", "step": "transfer", "error": str(exc)}
+                return result.model_copy(update={"status": "failed", "step": "transfer", "error": str(exc)})
         return result

@@ -1,16 +1,17 @@
-"""Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR."""
+"""Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR. Pure."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from deployc.facts import Metrics, PointMetrics, Summary
 
 EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
 
 
-def compare(ref: Any, out: Any) -> dict[str, float]:
-    import numpy as np  # here, not at the top: `build`'s parent process judges reports without numpy
+def compare(ref: Any, out: Any) -> Metrics:
+    import numpy as np  # here, not at the top: the build's driver judges facts without numpy
 
     if np.shape(ref) != np.shape(out):
         raise ValueError(f"output shape {list(np.shape(out))} differs from eager {list(np.shape(ref))}")
@@ -35,26 +36,23 @@ def compare(ref: Any, out: Any) -> dict[str, float]:
         sqnr = max(-EXACT_SQNR_DB, min(EXACT_SQNR_DB, 10.0 * math.log10(signal / noise)))
     if not math.isfinite(max_abs):
         max_abs = float(np.finfo(np.float64).max)
-    return {"max_abs": max_abs, "cosine": min(cosine, 1.0) if math.isfinite(cosine) else -1.0, "sqnr_db": sqnr}
+    return Metrics(max_abs=max_abs, cosine=min(cosine, 1.0) if math.isfinite(cosine) else -1.0, sqnr_db=sqnr)
 
 
-def summarize(points: list[dict]) -> dict[str, float]:
+def summarize(points: list[PointMetrics]) -> Summary:
     """The worst value of each metric over every output at every point."""
-    outs = [o for p in points for o in p["outputs"]]
-    return {
-        "max_abs": max(o["max_abs"] for o in outs),
-        "min_cosine": min(o["cosine"] for o in outs),
-        "min_sqnr_db": min(o["sqnr_db"] for o in outs),
-    }
+    outs = [o for p in points for o in p.outputs]
+    return Summary(max_abs=max(o.max_abs for o in outs), min_cosine=min(o.cosine for o in outs),
+                   min_sqnr_db=min(o.sqnr_db for o in outs))
 
 
-def judge(summary: dict[str, float], min_cosine: float, min_sqnr_db: float, max_abs: float | None) -> list[str]:
+def judge(summary: Summary, min_cosine: float, min_sqnr_db: float, max_abs: float | None) -> list[str]:
     """The tolerances missed, as readable phrases; empty when all hold."""
     missed = []
-    if summary["min_cosine"] < min_cosine:
-        missed.append(f"cosine {summary['min_cosine']:.6f} < {min_cosine}")
-    if summary["min_sqnr_db"] < min_sqnr_db:
-        missed.append(f"SQNR {summary['min_sqnr_db']:.2f} dB < {min_sqnr_db} dB")
-    if max_abs is not None and summary["max_abs"] > max_abs:
-        missed.append(f"max abs error {summary['max_abs']:.3g} > {max_abs}")
+    if summary.min_cosine < min_cosine:
+        missed.append(f"cosine {summary.min_cosine:.6f} < {min_cosine}")
+    if summary.min_sqnr_db < min_sqnr_db:
+        missed.append(f"SQNR {summary.min_sqnr_db:.2f} dB < {min_sqnr_db} dB")
+    if max_abs is not None and summary.max_abs > max_abs:
+        missed.append(f"max abs error {summary.max_abs:.3g} > {max_abs}")
     return missed

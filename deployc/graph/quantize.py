@@ -1,60 +1,56 @@
-"""Realise a plan's quantization recipe on a model: torchao configs before export, PT2E around it."""
+"""Apply a plan's quantization recipe to a model, with the quantizer its backend builds: torchao
+configs before export, PT2E (prepare, calibrate, convert) around it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from deployc.errors import BuildError
-from deployc.targets.recipes import Recipe
+from deployc.fingerprint import file_sha256
+from deployc.graph.inputs import export_point, make_inputs
+from deployc.plan import Export
+from deployc.quantization import Recipe
 
 
-def torchao_quantize(model: torch.nn.Module, recipe: Recipe) -> torch.nn.Module:
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
-
-    if recipe.scheme == "8da8w":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-    elif recipe.scheme == "8da4w":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
-                                                       weight_granularity=PerGroup(recipe.group_size or 32))
-    else:
-        raise BuildError(f"no torchao recipe for scheme {recipe.scheme}")
-    group = recipe.group_size
+def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None) -> torch.nn.Module:
+    from torchao.quantization import quantize_
 
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         # Grouped int4 needs in_features divisible by the group; other linears stay float. Attention's
         # out_proj is marked non-quantizable: F.multi_head_attention_forward transposes its raw weight.
         if isinstance(module, torch.nn.modules.linear.NonDynamicallyQuantizableLinear):
             return False
-        return isinstance(module, torch.nn.Linear) and (group is None or module.in_features % group == 0)
+        return isinstance(module, torch.nn.Linear) and (group_size is None or module.in_features % group_size == 0)
 
     quantize_(model, config, filter_fn=eligible)
     return model
 
 
-def pt2e_quantizer(backend: str, recipe: Recipe) -> object:
-    if backend == "xnnpack":
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer,
-            get_symmetric_quantization_config,
-        )
-
-        return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    if backend == "cortex_m":
-        from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
-
-        return CortexMQuantizer()
-    raise BuildError(f"no PT2E quantizer for backend {backend} on this machine")
-
-
-def pt2e_quantize(ep: torch.export.ExportedProgram, backend: str, recipe: Recipe,
-                  calibration: list[list[torch.Tensor]],
+def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration: list[list[torch.Tensor]],
                   reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram]) -> torch.export.ExportedProgram:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(ep.module(check_guards=False), pt2e_quantizer(backend, recipe))
+    prepared = prepare_pt2e(ep.module(check_guards=False), quantizer)
     for sample in calibration:
         prepared(*sample)
     return reexport(convert_pt2e(prepared))
+
+
+def calibration_samples(recipe: Recipe, export: Export, folder: Path) -> list[list[torch.Tensor]]:
+    """The manifest's dataset (sha256-checked), or seeded random samples within the inputs' ranges."""
+    if not recipe.calibration_dataset:
+        return [make_inputs(export.inputs, export_point(export.dims), (recipe.calibration_seed or 0) + 1000 + j)
+                for j in range(recipe.calibration_samples or 1)]
+    path = folder / recipe.calibration_dataset
+    if file_sha256(path) != recipe.calibration_dataset_sha256:
+        raise BuildError(f"calibration dataset {recipe.calibration_dataset} changed since the plan was made")
+    samples = torch.load(path, weights_only=True)
+    if not isinstance(samples, (list, tuple)) or not samples or not all(
+            isinstance(s, (list, tuple)) and len(s) == len(export.inputs) for s in samples):
+        raise BuildError(f"calibration dataset {recipe.calibration_dataset}: expected a non-empty list of samples, "
+                         f"each a list of {len(export.inputs)} tensor(s) in input order")
+    return [list(s) for s in samples]

@@ -12,16 +12,16 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from deployc.build import UnitResult
+from deployc import layout
 from deployc.cache import Cache
 from deployc.errors import BuildError
+from deployc.events import Say
 from deployc.fingerprint import file_sha256
-from deployc.graph.corpus import chunk_corpus
-from deployc.graph.pipeline import tokenizer_file
-from deployc.plan import IndexAssetPlan, TargetPlan, TokenizerAssetPlan
-from deployc.project import Project
+from deployc.packaging.corpus import chunk_corpus
+from deployc.pipeline.files import tokenizer_file
+from deployc.plan import BuildPlan, IndexAssetPlan, TargetPlan, TokenizerAssetPlan
+from deployc.results import UnitResult
 
 INDEX_SCHEMA_VERSION = 1
 
@@ -34,69 +34,72 @@ class Asset:
     source: Path
 
 
-def _index(project: Project, plan: IndexAssetPlan, program: UnitResult, cache: Cache, progress: Any) -> Path:
-    folder = project.folder
-    pipeline = project.manifest.pipeline
-    assert pipeline is not None
-    tokenizer = tokenizer_file(pipeline.tokenizers[plan.tokenizer], folder)
-    files = [folder / f.path for f in plan.corpus]
-    # The plan hashed these files; what is used now must be what was hashed.
-    if tokenizer is None or file_sha256(tokenizer) != plan.tokenizer_sha256 or any(
-            file_sha256(p) != f.sha256 for p, f in zip(files, plan.corpus)):
-        raise BuildError(f"index {plan.name}: the tokenizer or a corpus file changed since the plan was made")
+def _tokenizer(plan: BuildPlan, a: TokenizerAssetPlan) -> Path:
+    """The tokenizer file, found again where the manifest says, and still what the plan hashed."""
+    path = tokenizer_file(a.source, plan.folder)
+    if path is None or file_sha256(path) != a.sha256:
+        raise BuildError(f"tokenizer {a.name} changed since the plan was made")
+    return path
+
+
+def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: UnitResult, cache: Cache,
+           say: Say) -> Path:
+    folder = plan.folder
+    tokenizer = _tokenizer(plan, next(t for t in target.assets if isinstance(t, TokenizerAssetPlan)
+                                      and t.name == a.tokenizer))
+    files = [folder / f.path for f in a.corpus]
+    if any(file_sha256(p) != f.sha256 for p, f in zip(files, a.corpus)):
+        raise BuildError(f"index {a.name}: a corpus file changed since the plan was made")
     store = cache.of_kind("indexes")
-    key = plan.key
-    name = plan.name
-    entry, warning = store.get(key)
+    entry, warning = store.get(a.key)
     if warning:
-        progress(warning)
+        say(warning)
     if entry is not None:
         return entry.path
-    with store.lock(key):
-        entry, _ = store.get(key)
+    with store.lock(a.key):
+        entry, _ = store.get(a.key)
         if entry is not None:
             return entry.path
-        progress(f"  index {name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
-        chunks = chunk_corpus(files, folder, plan.words, plan.overlap)
+        say(f"index {a.name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
+        chunks = chunk_corpus(files, folder, a.words, a.overlap)
         staging = store.tmp_dir()
         try:
             (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
             proc = subprocess.run([sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program),
-                                   str(tokenizer), str(plan.max_tokens), str(staging / "texts.json"),
+                                   str(tokenizer), str(a.max_tokens), str(staging / "texts.json"),
                                    str(staging / "vectors.npy")], capture_output=True, text=True)
+            cache.log_dir.mkdir(parents=True, exist_ok=True)
+            (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(proc.stdout + proc.stderr)
             if proc.returncode != 0:
                 tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-                raise BuildError(f"index {name}: embedding the corpus failed (exit {proc.returncode}): {tail[:400]}")
+                raise BuildError(f"index {a.name}: embedding the corpus failed (exit {proc.returncode}): {tail[:400]}")
             import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
 
             vectors = np.load(staging / "vectors.npy").astype("<f4")
             (staging / "vectors.f32").write_bytes(vectors.tobytes())
-            meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": name, "model": plan.model,
+            meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": a.name, "model": a.model,
                     "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]), "metric": "cosine",
-                    "vectors": f"{name}.f32",
+                    "vectors": Path(layout.index_vectors_file(a.file)).name,
                     "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks]}
             (staging / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             for extra in ("texts.json", "vectors.npy"):
                 (staging / extra).unlink()
-            return store.put(key, staging).path
+            return store.put(a.key, staging).path
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
 
 
-def build_assets(project: Project, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
-                 progress: Any) -> list[Asset]:
-    pipeline = project.manifest.pipeline
+def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
+                 say: Say) -> list[Asset]:
+    programs = {r.unit.model: r for r in results.values() if r.unit.target == target.target}
     assets = []
     for a in target.assets:
         if isinstance(a, TokenizerAssetPlan):
-            path = tokenizer_file(pipeline.tokenizers[a.name], project.folder)  # type: ignore[union-attr]
-            if path is None or file_sha256(path) != a.sha256:
-                raise BuildError(f"tokenizer {a.name} changed since the plan was made")
-            assets.append(Asset(a.name, "tokenizer", a.file, path))
+            assets.append(Asset(a.name, "tokenizer", a.file, _tokenizer(plan, a)))
         else:
-            built = _index(project, a, results[f"{a.model}@{target.target}"], cache, progress)
+            built = _index(plan, target, a, programs[a.model], cache, say)
             assets.append(Asset(a.name, "vector_index", a.file, built / "index.json"))
-            assets.append(Asset(f"{a.name}.vectors", "vector_index_vectors", a.file.removesuffix(".json") + ".f32",
+            assets.append(Asset(f"{a.name}.vectors", "vector_index_vectors", layout.index_vectors_file(a.file),
                                 built / "vectors.f32"))
     return assets

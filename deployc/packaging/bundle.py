@@ -17,69 +17,76 @@ from typing import Any
 from filelock import FileLock
 
 import deployc
-from deployc.build import UnitResult
 from deployc.errors import Diagnostic, ManifestError
+from deployc.facts import SizeRange, TensorFacts
 from deployc.faults import fault_point
 from deployc.fingerprint import file_sha256
+from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.packaging import runtime_config
 from deployc.packaging.archive import write_archive
 from deployc.packaging.assets import Asset
-from deployc.packaging.pipeline_config import pipeline_config
 from deployc.packaging.runtime_config import normalize
+from deployc.pipeline.config import PipelineConfig
 from deployc.plan import BuildPlan, TargetPlan
-from deployc.project import Project
+from deployc.results import BundleResult, UnitResult, Verification
 
 BUNDLE_SCHEMA_VERSION = 1
-RUNTIME_JSON = "runtime.json"
-RUNTIME_BIN = "runtime.bin"
-LOCK_FILE = "bundle.lock.json"
 
 
 def _dump(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _dim(entry: Any, dims: dict[str, dict[str, int]]) -> dict[str, Any]:
+def _dim(entry: int | str | SizeRange, dims: dict[str, dict[str, int]]) -> dict[str, Any]:
     if isinstance(entry, int):
         return {"value": entry, "min": entry, "max": entry}
     if isinstance(entry, str):
         return {"value": -1, "symbol": entry, **dims[entry]}
-    return {"value": -1, "min": entry["min"], "max": entry["max"]}  # an output size that varies
+    return {"value": -1, "min": entry.min, "max": entry.max}  # an output size that varies
 
 
-def _tensors(specs: list[dict[str, Any]], dims: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
-    return [{"name": t["name"], "dtype": t["dtype"], "shape": [_dim(d, dims) for d in t["shape"]]} for t in specs]
+def _tensors(specs: list[TensorFacts], dims: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "dtype": t.dtype, "shape": [_dim(d, dims) for d in t.shape]} for t in specs]
 
 
-def _verification(v: dict[str, Any]) -> dict[str, Any]:
+def _verification(v: Verification) -> dict[str, Any]:
     # Rounded so that last-bit noise in a rebuild cannot change the bundle's bytes.
-    m = v.get("metrics", {})
-    return {"status": v["status"], "reason": v.get("reason", ""),
-            "min_cosine": round(m.get("min_cosine", 0.0), 4), "min_sqnr_db": round(m.get("min_sqnr_db", 0.0), 1),
-            "max_abs": float(f"{m.get('max_abs', 0.0):.3g}"),
-            "tolerance_min_cosine": v["tolerance"]["min_cosine"],
-            "tolerance_min_sqnr_db": v["tolerance"]["min_sqnr_db"]}
+    m = v.metrics
+    return {"status": v.status, "reason": v.reason,
+            "min_cosine": round(m.min_cosine, 4) if m else 0.0, "min_sqnr_db": round(m.min_sqnr_db, 1) if m else 0.0,
+            "max_abs": float(f"{m.max_abs:.3g}") if m else 0.0,
+            "tolerance_min_cosine": v.tolerance.min_cosine,
+            "tolerance_min_sqnr_db": v.tolerance.min_sqnr_db}
 
 
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
-    rep = r.report
-    dims = {d["name"]: {"min": d["min"], "max": d["max"]} for d in rep["dims"]}
-    package = r.unit.step_of("package")
+    facts, verification = r.facts, r.verification
+    assert facts is not None and verification is not None  # only built units are packaged
+    dims = {d.name: {"min": d.min, "max": d.max} for d in facts.dims}
+    package = r.unit.package
     methods = []
-    for name, m in sorted(rep["methods"].items()):
-        signature = rep["signatures"].get(name)  # absent for constant methods (get_<name>): no inputs
-        inputs, outputs = (signature["inputs"], signature["outputs"]) if signature else ([], [])
+    for name, m in sorted(facts.methods.items()):
+        signature = facts.signatures.get(name)  # absent for constant methods (get_<name>): no inputs
+        inputs, outputs = (signature.inputs, signature.outputs) if signature else ([], [])
         declared = package.outputs if name == "forward" else package.method_outputs.get(name, [])
-        outputs = [{**o, "name": declared[i].name if i < len(declared) else o["name"]} for i, o in enumerate(outputs)]
+        outputs = [o.model_copy(update={"name": declared[i].name}) if i < len(declared) else o
+                   for i, o in enumerate(outputs)]
         methods.append({"name": name, "inputs": _tensors(inputs, dims), "outputs": _tensors(outputs, dims),
-                        "planned_memory_bytes": m["planned_memory_bytes"], "operators": m["operators"],
-                        "delegates": m["delegates"]})
+                        "planned_memory_bytes": m.planned_memory_bytes, "operators": m.operators,
+                        "delegates": m.delegates})
     return {
-        "name": r.unit.model, "file": file, "sha256": sha256, "size_bytes": rep["size_bytes"],
+        "name": r.unit.model, "file": file, "sha256": sha256, "size_bytes": facts.size_bytes,
         "unit": r.unit.unit, "backend": r.unit.backend, "quantization": r.unit.quantization,
         "threads": r.unit.threads or 0, "warmup": r.unit.warmup, "methods": methods,
-        "verification": _verification(r.verification),
+        "verification": _verification(verification),
     }
+
+
+def _pipeline(p: PipelineConfig) -> dict[str, Any]:
+    stages = [{**s.model_dump(exclude={"params"}), "params_json": json.dumps(s.params, sort_keys=True,
+                                                                             separators=(",", ":"))}
+              for s in p.stages]
+    return {"inputs": p.inputs, "outputs": p.outputs, "stages": stages}
 
 
 def _release_conflict(final: Path, files: dict[str, Any]) -> list[str] | None:
@@ -87,39 +94,40 @@ def _release_conflict(final: Path, files: dict[str, Any]) -> list[str] | None:
     try:
         existing = json.loads((final / LOCK_FILE).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None if not final.exists() else ["bundle.lock.json"]
+        return None if not final.exists() else [LOCK_FILE]
     if existing == files:
         return []
     return sorted(n for n in set(existing) | set(files) if existing.get(n) != files.get(n))
 
 
-def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
-                 out_dir: Path, force: bool = False, assets: list[Asset] | None = None) -> dict[str, str]:
+def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], out_dir: Path,
+                 force: bool = False, assets: list[Asset] | None = None) -> BundleResult:
     """Write the bundle; an existing release with other content is refused unless `force`."""
-    m = plan.manifest
-    release = out_dir / m.name / m.version
+    final, archive = out_dir / target.bundle.dir, out_dir / target.bundle.archive
+    release = final.parent
     release.mkdir(parents=True, exist_ok=True)
     locks = out_dir / ".deployc-locks"
     locks.mkdir(exist_ok=True)
     # One writer per release target at a time; under the lock, temp dirs of killed writers are garbage.
-    with FileLock(str(locks / f"{m.name}-{m.version}-{target.profile}.lock")):
-        for stale in release.glob(f".{target.profile}.*-*"):
+    with FileLock(str(locks / f"{archive.name.removesuffix('.tar.gz')}.lock")):
+        for stale in release.glob(f".{final.name}.*-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        for stale in release.glob(f"{m.name}-{m.version}-{target.profile}.tar.gz.*.tmp"):
+        for stale in release.glob(f"{archive.name}.*.tmp"):
             stale.unlink(missing_ok=True)
-        return _write_locked(plan, target, results, project, release, force, assets or [])
+        return _write_locked(plan, target, results, out_dir, force, assets or [])
 
 
-def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], project: Project,
-                  release: Path, force: bool, assets: list[Asset]) -> dict[str, str]:
+def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult], out_dir: Path, force: bool,
+                  assets: list[Asset]) -> BundleResult:
     m = plan.manifest
-    final = release / target.profile  # a profile name is [a-z0-9_-]+: it cannot leave `release`
+    final = out_dir / target.bundle.dir
+    release = final.parent
     staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.profile}.tmp-"))
     try:
         programs = []
         for r in sorted(results, key=lambda r: r.unit.model):
             assert r.program is not None
-            file = f"{r.unit.model}.pte"
+            file = r.unit.package.file
             shutil.copyfile(r.program, staging / file)
             programs.append(_program_entry(r, file, file_sha256(staging / file)))
         asset_entries = []
@@ -129,7 +137,7 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
             shutil.copyfile(a.source, dest)
             asset_entries.append({"name": a.name, "file": a.file, "sha256": file_sha256(dest), "kind": a.kind})
         device = {k: v for k, v in target.device.items() if k in ("name", "soc", "os", "abi")}
-        pipeline = pipeline_config(project.manifest)
+        pipeline = _pipeline(plan.pipeline) if plan.pipeline else None
         config = normalize({
             "schema_version": runtime_config.SCHEMA_VERSION, "deployc_version": deployc.__version__,
             "bundle": {"name": m.name, "version": m.version, "target": target.target, "profile": target.profile},
@@ -144,9 +152,12 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
             "schema_version": BUNDLE_SCHEMA_VERSION,
             "bundle": config["bundle"],
             "files": files,
-            "manifest": {"file": m.path, "sha256": m.sha256},
-            "profile": {"name": target.profile, "sha256": target.profile_sha256},
-            "tools": plan.toolchain,
+            "manifest": {"file": m.file, "sha256": m.sha256},
+            "profile": {"name": target.profile, "key": target.profile_key},
+            "tools": plan.toolchain.versions,
+            "code": plan.toolchain.code,
+            "bundle_key": target.bundle.bundle_key,
+            "content_keys": target.bundle.content_keys,
             "units": {r.unit.model: {"program_key": r.unit.program_key, "unit": r.unit.unit,
                                      "steps": {s.step: s.key for s in r.unit.steps}} for r in results},
         }
@@ -154,11 +165,11 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
         for p in staging.rglob("*"):
             p.chmod(0o755 if p.is_dir() else 0o644)
         staging.chmod(0o755)
-        archive = release / f"{m.name}-{m.version}-{target.profile}.tar.gz"
+        archive = out_dir / target.bundle.archive
         conflict = _release_conflict(final, files)
         if conflict and not force:
             raise ManifestError([Diagnostic(
-                project.doc.locate(("version",)),
+                m.version_at,
                 f"version: release {m.name} {m.version} for {target.profile} already exists in {release} with "
                 f"different content ({', '.join(conflict)})",
                 "bump the version, or pass --force to overwrite it")])
@@ -172,7 +183,7 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"dir": str(final), "archive": str(archive)}
+    return BundleResult(dir=str(final), archive=str(archive))
 
 
 def _replace_dir(staging: Path, final: Path) -> None:

@@ -6,15 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from deployc.layout import LOCK_FILE, RUNTIME_JSON
+
 METRICS = ("min_cosine", "min_sqnr_db", "max_abs")
 
 
 def _lock(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "bundle.lock.json").read_text())
+    return json.loads((folder / LOCK_FILE).read_text())
 
 
 def _programs(folder: Path) -> dict[str, dict[str, Any]]:
-    config = json.loads((folder / "runtime.json").read_text())
+    config = json.loads((folder / RUNTIME_JSON).read_text())
     return {p["name"]: p for p in config["programs"]}
 
 

@@ -10,9 +10,19 @@ from typing import Any
 
 from deployc.errors import UserError
 from deployc.fingerprint import file_sha256
+from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.packaging.runtime_config import ConfigError, decode, normalize
+from deployc.pte import data_bytes, method_facts, read_program
+from deployc.schema_base import Frozen
 
-LOCK_FILE = "bundle.lock.json"
+
+class BundleCheck(Frozen):
+    lock_readable: bool  # without a readable lock nothing else can be trusted, nor described
+    problems: list[str]  # every way the bundle differs from its lock; empty when it matches
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 def unsafe_members(tar: tarfile.TarFile) -> list[str]:
@@ -25,16 +35,16 @@ def unsafe_members(tar: tarfile.TarFile) -> list[str]:
     return bad
 
 
-def verify_bundle(folder: Path) -> list[str]:
-    """Every way `folder` differs from its lock file; empty when it matches."""
+def check_bundle(folder: Path) -> BundleCheck:
+    """Every way `folder` differs from its lock file."""
     lock_path = folder / LOCK_FILE
     if not lock_path.is_file():
-        return [f"{LOCK_FILE} is missing"]
+        return BundleCheck(lock_readable=False, problems=[f"{LOCK_FILE} is missing"])
     try:
         lock = json.loads(lock_path.read_text())
         files = lock["files"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        return [f"{LOCK_FILE} is unreadable: {exc}"]
+        return BundleCheck(lock_readable=False, problems=[f"{LOCK_FILE} is unreadable: {exc}"])
     problems = []
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
     for name in sorted(present - set(files) - {LOCK_FILE}):
@@ -47,18 +57,23 @@ def verify_bundle(folder: Path) -> list[str]:
             problems.append(f"{name}: size {p.stat().st_size}, lock says {info['size']}")
         elif file_sha256(p) != info["sha256"]:
             problems.append(f"{name}: sha256 differs from the lock")
-    if not problems and (folder / "runtime.bin").is_file():
+    if not problems and (folder / RUNTIME_BIN).is_file():
         try:
-            binary = decode((folder / "runtime.bin").read_bytes())
-            if binary != normalize(json.loads((folder / "runtime.json").read_text())):
-                problems.append("runtime.bin and runtime.json disagree")
+            binary = decode((folder / RUNTIME_BIN).read_bytes())
+            if binary != normalize(json.loads((folder / RUNTIME_JSON).read_text())):
+                problems.append(f"{RUNTIME_BIN} and {RUNTIME_JSON} disagree")
         except (ConfigError, ValueError) as exc:
-            problems.append(f"runtime.bin: {exc}")
-    return problems
+            problems.append(f"{RUNTIME_BIN}: {exc}")
+    return BundleCheck(lock_readable=True, problems=problems)
+
+
+def verify_bundle(folder: Path) -> list[str]:
+    """Every way `folder` differs from its lock file; empty when it matches."""
+    return check_bundle(folder).problems
 
 
 def describe_bundle(folder: Path) -> dict[str, Any]:
-    config = json.loads((folder / "runtime.json").read_text())
+    config = json.loads((folder / RUNTIME_JSON).read_text())
     lock = json.loads((folder / LOCK_FILE).read_text())
     sizes = {name: info["size"] for name, info in lock["files"].items()}
     return {"kind": "bundle", "path": str(folder), "bundle": config["bundle"], "device": config["device"],
@@ -67,24 +82,13 @@ def describe_bundle(folder: Path) -> dict[str, Any]:
 
 
 def describe_pte(path: Path) -> dict[str, Any]:
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     data = path.read_bytes()
     try:
-        program = deserialize_pte_binary(data).program
+        program = read_program(data)
     except Exception as exc:  # a foreign or damaged file: say so, never a traceback
         raise UserError.at(path, f"not a readable ExecuTorch program: {type(exc).__name__}: {exc}") from None
-    methods = []
-    for plan in program.execution_plan:
-        methods.append({
-            "name": plan.name,
-            "inputs": len(plan.inputs), "outputs": len(plan.outputs),
-            "planned_memory_bytes": int(sum(plan.non_const_buffer_sizes)),
-            "delegates": sorted(d.id for d in plan.delegates),
-            "operators": sorted({f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators}),
-        })
-    constant = sum(len(b.storage) for b in program.constant_buffer)
-    segments = sum(s.size for s in program.segments)
+    methods = [{"name": name, **m.model_dump()} for name, m in method_facts(program).items()]
+    constant, segments = data_bytes(program)
     return {"kind": "pte", "path": str(path), "size_bytes": len(data), "methods": methods,
             "constant_bytes": constant, "segment_bytes": segments}
 

@@ -14,7 +14,6 @@ from typing import Any
 
 def _c() -> Any:
     import torch  # noqa: F401  - loads libtorch for the extension
-
     from executorch.extension.pybindings import _C
 
     return _C

@@ -10,14 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from deployc.errors import BuildError, UserError
+from deployc.errors import RunError, UserError
+from deployc.layout import RUNTIME_JSON
 from deployc.packaging.inspection import verify_bundle
 from deployc.runtime.generation import generate
 from deployc.runtime.tokenizer import encode, load_tokenizer
-
-
-class RunError(BuildError):
-    """The bundle cannot run (damaged, or a program failed). Exit 1."""
 
 
 class Bundle:
@@ -26,7 +23,7 @@ class Bundle:
         if problems:
             raise RunError(f"{folder}: bundle does not match its lock: " + "; ".join(problems))
         self.folder = folder
-        self.config = json.loads((folder / "runtime.json").read_text())
+        self.config = json.loads((folder / RUNTIME_JSON).read_text())
         self.programs = {p["name"]: p for p in self.config["programs"]}
         self._programs: dict[str, Any] = {}
         self._methods: dict[tuple[str, str], Any] = {}

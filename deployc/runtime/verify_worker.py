@@ -12,7 +12,6 @@ import statistics
 import sys
 import time
 
-
 LATENCY_RUNS = 5
 
 

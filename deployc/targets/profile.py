@@ -35,7 +35,7 @@ class Budgets(Frozen):
 
 class Unit(Frozen):
     name: Identifier
-    backend: BackendName
+    backend: BackendName  # type: ignore[valid-type]  # built from the registry's keys
     description: str = ""
     device: Device | None = Field(default=None, description="a separate processor on the same board (an MCU)")
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
@@ -67,17 +67,37 @@ class LoadedProfile:
     files: tuple[Path, ...]  # the profile file first, then each ancestor
 
 
-def search_path(start: Path, env: Mapping[str, str] | None = None) -> list[Path]:
-    """`targets/` in `start` and each of its ancestors (nearest first), then DEPLOYC_TARGETS_PATH."""
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_targets"
+
+Origin = Literal["project", "DEPLOYC_TARGETS_PATH", "built-in"]
+
+
+def search_dirs(start: Path, env: Mapping[str, str] | None = None) -> list[tuple[Path, Origin]]:
+    """Where profiles are looked up, first match wins: `targets/` in `start` and each of its ancestors
+    (nearest first), then each DEPLOYC_TARGETS_PATH entry, then the profiles shipped with deployc."""
     env = os.environ if env is None else env
-    dirs: list[Path] = []
+    dirs: list[tuple[Path, Origin]] = []
     for folder in (start.resolve(), *start.resolve().parents):
         if (folder / "targets").is_dir():
-            dirs.append(folder / "targets")
+            dirs.append((folder / "targets", "project"))
     for entry in env.get("DEPLOYC_TARGETS_PATH", "").split(":"):
         if entry:
-            dirs.append(Path(entry))
+            dirs.append((Path(entry), "DEPLOYC_TARGETS_PATH"))
+    dirs.append((BUILTIN_DIR, "built-in"))
     return dirs
+
+
+def search_path(start: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+    return [d for d, _ in search_dirs(start, env)]
+
+
+def profile_origins(start: Path, env: Mapping[str, str] | None = None) -> dict[str, tuple[Path, Origin]]:
+    """Every profile name on the search path -> (the file that wins, where it came from)."""
+    found: dict[str, tuple[Path, Origin]] = {}
+    for d, origin in search_dirs(start, env):
+        for f in sorted(d.glob("*.yaml")) if d.is_dir() else []:
+            found.setdefault(f.stem, (f, origin))
+    return found
 
 
 def _is_path(ref: str) -> bool:
@@ -133,8 +153,7 @@ def load_profile(ref: str, relative_to: Path, dirs: Sequence[Path],
         known = available_profiles(dirs)
         what = f"profile file '{ref}' not found (relative to {relative_to})" if _is_path(ref) else \
             f"unknown target profile '{ref}'"
-        hint = closest(ref, known) or (f"known profiles: {', '.join(known)}" if known else
-                                       "no profiles found; add a targets/ folder or set DEPLOYC_TARGETS_PATH")
+        hint = closest(ref, known) or f"known profiles: {', '.join(known)}"
         loc = where.location if where else Location(str(relative_to))
         prefix = f"{where.message}: " if where and where.message else ""
         raise ProfileError([Diagnostic(loc, prefix + what, hint)])

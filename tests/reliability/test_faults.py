@@ -101,7 +101,7 @@ def test_target_path_cannot_escape_the_output_directory(tmp_path: Path, cli, mon
     monkeypatch.chdir(project)
     r = cli("plan", "m.yaml", "--json")
     assert r.code == 0, r.err
-    from deployc.plan import make_plan
+    from deployc.planner import make_plan
     from deployc.project import load_project
     from deployc.toolchain import detect
 

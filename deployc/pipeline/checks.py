@@ -1,142 +1,25 @@
-"""The pipeline dataflow graph: ports, types, references, order. Pure Python (validate imports it).
-
-A reference is either a pipeline input name (`query`) or `stage.port`. Port types:
-text, chunks (retrieved passages), or a tensor (dtype, shape) with symbolic sizes.
-"""
+"""Validate-time checks of a manifest's pipeline: references, types between stages, cycles, unused
+stages, assets. Every problem is located in the manifest. Pure Python."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deployc.errors import Diagnostic
 from deployc.manifest import (
     GenerateStage,
-    IndexAsset,
     Manifest,
-    ModelSpec,
     ModelStage,
-    Pipeline,
     TemplateStage,
-    TokenizerAsset,
     TokenizeStage,
     VectorSearchStage,
 )
+from deployc.pipeline.dataflow import TEXT, Port, references, signature, stage_outputs
+from deployc.pipeline.files import corpus_files, tokenizer_file
 from deployc.schema_errors import closest
 from deployc.yaml_io import Document
-
-
-@dataclass(frozen=True)
-class Port:
-    kind: str  # text | chunks | tensor
-    dtype: str = ""
-    shape: tuple[int | str, ...] = ()
-
-    def __str__(self) -> str:
-        if self.kind != "tensor":
-            return self.kind
-        return f"tensor {self.dtype}[{', '.join(map(str, self.shape))}]"
-
-
-TEXT, CHUNKS = Port("text"), Port("chunks")
-
-
-def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
-    if asset.path is not None:
-        p = folder / asset.path
-        return p if p.is_file() else None
-    if asset.package and asset.file:
-        try:
-            spec = importlib.util.find_spec(asset.package)  # locates, does not import, a top-level package
-        except (ImportError, ValueError):
-            return None
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            p = Path(root) / asset.file
-            if p.is_file():
-                return p
-    return None
-
-
-def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]]:
-    """Files the corpus glob selects, and why any were refused (outside the manifest's folder, links)."""
-    problems: list[str] = []
-    if Path(index.corpus).is_absolute() or ".." in Path(index.corpus).parts:
-        return [], [f"corpus glob {index.corpus!r} must stay inside the manifest's folder"]
-    base = folder.resolve()
-    files = []
-    for p in sorted(folder.glob(index.corpus)):
-        if not p.is_file():
-            continue
-        if p.is_symlink() or not p.resolve().is_relative_to(base):
-            problems.append(f"{p.relative_to(folder)} is a symlink or lies outside the manifest's folder")
-            continue
-        files.append(p)
-    return files, problems
-
-
-def signature(spec: ModelSpec, method: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(inputs, outputs) of one of the model's methods; None when it has no such method."""
-    if method == "forward":
-        return spec.inputs, spec.outputs
-    m = spec.methods.get(method)
-    return (m.inputs, m.outputs) if m else None
-
-
-def model_output_ports(spec: ModelSpec, method: str = "forward") -> dict[str, Port]:
-    sig = signature(spec, method)
-    return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in sig[1].items()} if sig else {}
-
-
-def stage_outputs(stage: Any, manifest: Manifest) -> dict[str, Port]:
-    if isinstance(stage, TokenizeStage):
-        tokens = Port("tensor", "int64", (1, "tokens"))
-        return {"input_ids": tokens, "attention_mask": tokens}
-    if isinstance(stage, ModelStage):
-        spec = manifest.models.get(stage.model)
-        return model_output_ports(spec, stage.method) if spec else {}
-    if isinstance(stage, VectorSearchStage):
-        return {"chunks": CHUNKS, "text": TEXT, "scores": Port("tensor", "float32", (stage.top_k,))}
-    if isinstance(stage, TemplateStage):
-        return {"text": TEXT}
-    if isinstance(stage, GenerateStage):
-        return {"text": TEXT, "tokens": Port("tensor", "int64", (1, "generated"))}
-    return {}
-
-
-def references(stage: Any) -> dict[str, str]:
-    """field path (for locating errors) -> the reference it holds."""
-    if isinstance(stage, (ModelStage, TemplateStage)):
-        return {f"inputs.{k}": v for k, v in stage.inputs.items()}
-    if isinstance(stage, TokenizeStage):
-        return {"input": stage.input}
-    if isinstance(stage, VectorSearchStage):
-        return {"query": stage.query}
-    if isinstance(stage, GenerateStage):
-        return {"prompt": stage.prompt}
-    return {}
-
-
-def order(pipeline: Pipeline) -> list[Any]:
-    """Stages in an order where every stage comes after the stages it reads (assumes no cycle)."""
-    by_name = {s.name: s for s in pipeline.stages}
-    done: list[Any] = []
-    seen: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in seen or name not in by_name:
-            return
-        seen.add(name)
-        for ref in references(by_name[name]).values():
-            visit(ref.split(".")[0])
-        done.append(by_name[name])
-
-    for s in pipeline.stages:
-        visit(s.name)
-    return done
-
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

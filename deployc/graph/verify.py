@@ -1,0 +1,73 @@
+"""Run a built program through the ExecuTorch runtime, in a child process, on the same inputs the
+eager model saw, and measure how far its outputs are from eager's.
+
+The child starts before lowering (its imports then overlap with it) and waits for its job on stdin.
+A runtime crash kills only the child; the unit reports it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from deployc.facts import Measurement, PointMetrics, SizeRange, TensorFacts
+from deployc.graph.metrics import compare, summarize
+
+VERIFY_TIMEOUT_S = 900
+
+Check = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs): one call at one verification point
+
+
+def start_verifier() -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "deployc.runtime.verify_worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
+    """Per output of one method: dtype and shape; a size that varies across the checked points becomes a range."""
+    out = []
+    for i, first in enumerate(references[0]):
+        sizes = [list(p[i].shape) for p in references]
+        shape: list[int | str | SizeRange] = []
+        for axis in range(len(sizes[0])):
+            values = {s[axis] for s in sizes}
+            shape.append(values.pop() if len(values) == 1 else SizeRange(min=min(s[axis] for s in sizes),
+                                                                          max=max(s[axis] for s in sizes)))
+        out.append(TensorFacts(name=f"output_{i}", dtype=str(first.dtype).removeprefix("torch."), shape=shape))
+    return out
+
+
+def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
+           log: Any = None) -> Measurement:
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
+        inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
+        torch.save([(method, inputs) for method, _, inputs in checks], inputs_path)
+        try:
+            _, stderr = verifier.communicate(f"{pte} {inputs_path} {outputs_path}\n", timeout=VERIFY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            verifier.kill()
+            verifier.wait()
+            return Measurement(status="error", reason=f"the runtime did not finish within {VERIFY_TIMEOUT_S} s")
+        if log is not None and stderr:
+            log.write(stderr)
+        if verifier.returncode != 0:
+            code = verifier.returncode
+            tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            return Measurement(status="error", reason=f"executorch.runtime crashed ({how}): {tail[:400]}")
+        result = torch.load(outputs_path, weights_only=True)
+    measured = []
+    for (method, size, _), ref, got in zip(checks, references, result["outputs"]):
+        if len(ref) != len(got):
+            return Measurement(status="error", reason=f"program returned {len(got)} outputs, eager {len(ref)}")
+        try:
+            metrics = [compare(r.float().numpy(), g.float().numpy()) for r, g in zip(ref, got)]
+        except ValueError as exc:
+            return Measurement(status="error", reason=f"at {size}: {exc}")
+        measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
+    return Measurement(status="measured", points=measured, summary=summarize(measured),
+                       latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))

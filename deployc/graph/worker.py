@@ -1,0 +1,185 @@
+"""Build one program of a plan, end to end, into the cache. Runs inside a worker process.
+
+load -> example inputs + eager references -> quantize/export -> lower -> serialize -> verify (in a
+child process) -> facts. A program that builds is cached with its facts, including a verification
+that missed its tolerance (rebuilding would give the same bytes); a step that raises is reported as
+failed and nothing is cached. Library output (torchao, torch, the runtime's C++ logging) goes to the
+unit's log file, not the user's terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from deployc.cache import open_cache
+from deployc.captured import captured
+from deployc.errors import BuildError
+from deployc.events import Event, EventSink
+from deployc.facts import FACTS_FILE, PROGRAM_FILE, ProgramFacts, Signature, TensorFacts
+from deployc.faults import fault_point
+from deployc.plan import UnitPlan
+from deployc.results import WorkerJob, WorkerResult
+
+_sink: EventSink | None = None  # where step events go; set by the executor that hosts this process
+
+
+def set_event_sink(sink: EventSink | None) -> None:
+    global _sink
+    _sink = sink
+
+
+def set_threads(threads: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def emit(event: Event) -> None:
+    if _sink is not None:
+        _sink(event)
+
+
+def build_program(job: WorkerJob) -> WorkerResult:
+    """Worker entry point: build `job.unit`'s program into the cache unless it is there already."""
+    unit = job.unit
+    cache = open_cache(job.cache)
+    key = unit.program_key
+    with cache.lock(key):
+        entry, warning = cache.get(key)  # re-check: another process may have built it meanwhile
+        if entry is not None:
+            return WorkerResult(key=key, status="cached", warning=warning)
+        staging = cache.tmp_dir()
+        step = "load"
+
+        def at(s: str) -> None:
+            nonlocal step
+            step = s
+            emit(Event(label=unit.label, kind="step", step=s))
+
+        log_file = Path(job.log_dir) / f"{unit.slug}.log" if job.log_dir else None
+        log = str(log_file) if log_file else None
+        try:
+            with captured(log_file, f"{unit.label} program {key[:12]}") as log_stream:
+                facts = _build(unit, Path(job.folder), staging, at, log_stream)
+            (staging / FACTS_FILE).write_text(facts.model_dump_json(indent=2))
+            fault_point("cache-write")
+            cache.put(key, staging, unit.slug)
+        except BuildError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            return WorkerResult(key=key, status="failed", step=step, error=str(exc), warning=warning, log=log)
+        except Exception as exc:  # model code can raise anything; it is the unit's failure, not ours
+            shutil.rmtree(staging, ignore_errors=True)
+            return WorkerResult(key=key, status="failed", step=step, error=f"{type(exc).__name__}: {str(exc)[:500]}",
+                                warning=warning, log=log)
+    return WorkerResult(key=key, status="built", warning=warning)
+
+
+def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None], log: IO[str] | None) -> ProgramFacts:
+    from deployc.graph.verify import start_verifier
+
+    # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
+    verifier = start_verifier() if unit.verify.run else None
+    try:
+        return _build_steps(unit, folder, staging, at, verifier, log)
+    finally:
+        if verifier is not None and verifier.poll() is None:
+            verifier.kill()
+            verifier.wait()
+
+
+def _flatten(value: Any) -> list[Any]:
+    import torch.utils._pytree as pytree
+
+    return list(pytree.tree_leaves(value))
+
+
+def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
+                 verifier: subprocess.Popen[str] | None, log: IO[str] | None) -> ProgramFacts:
+    import torch
+
+    from deployc.facts import Measurement
+    from deployc.graph.export import MethodModule, export_model
+    from deployc.graph.inputs import export_point, make_inputs
+    from deployc.graph.lower import lower_program
+    from deployc.graph.model import load_model
+    from deployc.graph.quantize import (
+        calibration_samples,
+        pt2e_quantize,
+        torchao_quantize,
+    )
+    from deployc.graph.verify import output_facts, verify
+    from deployc.pte import method_facts
+    from deployc.targets.backends import BACKENDS
+
+    export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
+    backend = BACKENDS[unit.backend]
+    durations: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        durations[name] = round(now - clock, 3)
+        clock = now
+
+    at("load")
+    model = load_model(unit.load, folder)
+    # forward first, then the further methods; each has its own inputs, all share the dims.
+    signatures = [("forward", "forward", export.inputs)] + [(m.name, m.function, m.inputs) for m in export.methods]
+    examples = {name: make_inputs(inputs, export_point(export.dims), export.seed) for name, _, inputs in signatures}
+    checks: list[tuple[str, dict[str, int], list[Any]]] = []  # (method, dims, inputs) at every point
+    for name, _, inputs in signatures:
+        checks += [(name, p, make_inputs(inputs, p, export.seed + 1 + i)) for i, p in enumerate(unit.verify.points)]
+    functions = {name: getattr(model, function) for name, function, _ in signatures}
+    with torch.no_grad():
+        references = [[t.detach().clone() for t in _flatten(functions[name](*inp))] for name, _, inp in checks]
+    lap("load")
+
+    at("quantize" if recipe.method == "torchao" else "export")
+    if recipe.method == "torchao":
+        model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size)
+        lap("quantize")
+        at("export")
+    programs = {name: export_model(model if name == "forward" else MethodModule(model, function), examples[name],
+                                   inputs, export.dims, by_name=name == "forward")
+                for name, function, inputs in signatures}
+    fault_point("export")
+    lap("export")
+    if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
+        at("quantize")
+        programs["forward"] = pt2e_quantize(
+            programs["forward"], backend.quantizer(recipe, lower.options), calibration_samples(recipe, export, folder),
+            lambda m: export_model(m, examples["forward"], export.inputs, export.dims))
+        lap("quantize")
+
+    at("lower")
+    graph, program = lower_program(programs, lower, recipe)
+    methods = method_facts(program.executorch_program)
+    lap("lower")
+    at("serialize")
+    pte = staging / PROGRAM_FILE
+    pte.write_bytes(program.buffer)
+    lap("serialize")
+
+    outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
+               for name, _, _ in signatures}
+    if verifier is not None:
+        at("verify")
+        measurement = verify(pte, checks, references, verifier, log)
+        lap("verify")
+    else:
+        measurement = Measurement(status="not-run", reason=unit.verify.reason)
+    return ProgramFacts(
+        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
+        size_bytes=pte.stat().st_size, dims=export.dims,
+        signatures={name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
+                                            for i in inputs], outputs=outputs[name])
+                    for name, _, inputs in signatures},
+        methods=methods, measurement=measurement, durations_s=durations, **graph)

@@ -1,0 +1,39 @@
+"""Where things are inside a bundle and under an output directory: the one definition of every
+bundle path, used by the planner, packaging, inspection and the host runtime."""
+
+from __future__ import annotations
+
+RUNTIME_JSON = "runtime.json"
+RUNTIME_BIN = "runtime.bin"
+LOCK_FILE = "bundle.lock.json"
+
+
+def program_file(model: str) -> str:
+    return f"{model}.pte"
+
+
+def tokenizer_file(name: str) -> str:
+    return f"assets/tokenizers/{name}.json"
+
+
+def index_file(name: str) -> str:
+    return f"assets/indexes/{name}.json"
+
+
+def index_vectors_file(index_file: str) -> str:
+    """The raw float32 vectors beside an index's JSON."""
+    return index_file.removesuffix(".json") + ".f32"
+
+
+def release_dir(name: str, version: str) -> str:
+    """Relative to the output directory: every target's bundle of one release."""
+    return f"{name}/{version}"
+
+
+def bundle_dir(name: str, version: str, profile: str) -> str:
+    # A profile name is [a-z0-9_-]+: it cannot leave the release directory.
+    return f"{release_dir(name, version)}/{profile}"
+
+
+def archive_file(name: str, version: str, profile: str) -> str:
+    return f"{release_dir(name, version)}/{name}-{version}-{profile}.tar.gz"

@@ -1,0 +1,64 @@
+"""The pipeline as the bundle's runtime config describes it: stages in execution order, wired by
+name, each with its op's parameters and the bundle paths of its assets. Made at plan time (pure);
+packaging writes it into runtime.bin and the host and native runtimes execute it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployc.layout import index_file, tokenizer_file
+from deployc.manifest import (
+    GenerateStage,
+    Manifest,
+    ModelStage,
+    TokenizeStage,
+    VectorSearchStage,
+)
+from deployc.pipeline.dataflow import order, references, stage_outputs
+from deployc.schema_base import Frozen
+
+_WIRING = {"op", "name", "model", "method", "inputs", "input", "query", "prompt", "tokenizer", "index"}
+
+
+class StageConfig(Frozen):
+    name: str
+    op: str
+    program: str  # the model whose program the stage calls; "" for built-in ops
+    method: str
+    inputs: list[str]  # "port=reference"
+    outputs: list[str]
+    params: dict[str, Any]
+
+
+class PipelineConfig(Frozen):
+    inputs: list[str]
+    outputs: list[str]  # "name=stage.port"
+    stages: list[StageConfig]
+
+
+def _params(stage: Any, m: Manifest) -> dict[str, Any]:
+    params = stage.model_dump(mode="json", exclude=_WIRING)
+    if isinstance(stage, (TokenizeStage, GenerateStage)):
+        params["tokenizer"] = tokenizer_file(stage.tokenizer)
+    if isinstance(stage, VectorSearchStage):
+        params["index"] = index_file(stage.index)
+    if isinstance(stage, GenerateStage):
+        c = m.models[stage.model].constants
+        params.update({k: c[k] for k in ("bos_id", "eos_ids", "max_seq_len", "vocab_size") if k in c})
+    return params
+
+
+def pipeline_config(m: Manifest) -> PipelineConfig | None:
+    p = m.pipeline
+    if p is None:
+        return None
+    stages = []
+    for s in order(p):
+        stages.append(StageConfig(
+            name=s.name, op=s.op,
+            program=s.model if isinstance(s, (ModelStage, GenerateStage)) else "",
+            method=s.method if isinstance(s, ModelStage) else ("forward" if isinstance(s, GenerateStage) else ""),
+            inputs=[f"{field.split('.')[-1]}={ref}" for field, ref in references(s).items()],
+            outputs=list(stage_outputs(s, m)),
+            params=_params(s, m)))
+    return PipelineConfig(inputs=list(p.inputs), outputs=[f"{k}={v}" for k, v in p.outputs.items()], stages=stages)

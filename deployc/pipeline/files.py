@@ -1,0 +1,42 @@
+"""The files a pipeline's assets come from: tokenizer files and corpus globs, found without importing
+anything. Read by validate (do they exist?) and by the planner (their hashes)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from deployc.manifest import IndexAsset, TokenizerAsset
+
+
+def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
+    if asset.path is not None:
+        p = folder / asset.path
+        return p if p.is_file() else None
+    if asset.package and asset.file:
+        try:
+            spec = importlib.util.find_spec(asset.package)  # locates, does not import, a top-level package
+        except (ImportError, ValueError):
+            return None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            p = Path(root) / asset.file
+            if p.is_file():
+                return p
+    return None
+
+
+def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]]:
+    """Files the corpus glob selects, and why any were refused (outside the manifest's folder, links)."""
+    problems: list[str] = []
+    if Path(index.corpus).is_absolute() or ".." in Path(index.corpus).parts:
+        return [], [f"corpus glob {index.corpus!r} must stay inside the manifest's folder"]
+    base = folder.resolve()
+    files = []
+    for p in sorted(folder.glob(index.corpus)):
+        if not p.is_file():
+            continue
+        if p.is_symlink() or not p.resolve().is_relative_to(base):
+            problems.append(f"{p.relative_to(folder)} is a symlink or lies outside the manifest's folder")
+            continue
+        files.append(p)
+    return files, problems

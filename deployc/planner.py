@@ -1,0 +1,310 @@
+"""Project + toolchain facts -> the BuildPlan. Pure: no torch, no model code, no writes, no clock.
+
+For every (model, target) it picks the first unit of the profile that can build the model, records
+every unit it passed over and why, writes the typed steps with their chained keys, plans the
+pipeline's assets, and says what each target's bundle will be made of.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deployc import layout
+from deployc.errors import Diagnostic, PlanError
+from deployc.fingerprint import file_sha256, key_of
+from deployc.pipeline.config import pipeline_config
+from deployc.pipeline.files import corpus_files, tokenizer_file
+from deployc.plan import (
+    NOT_CONTENT,
+    STEP_ORDER,
+    BuildPlan,
+    BundlePlan,
+    CheckBudget,
+    DimPlan,
+    Export,
+    HashedFile,
+    IndexAssetPlan,
+    InputPlan,
+    LoadModel,
+    Lower,
+    ManifestRef,
+    MethodPlan,
+    OutputPlan,
+    Package,
+    Quantize,
+    Serialize,
+    Skipped,
+    SourceFile,
+    TargetPlan,
+    TokenizerAssetPlan,
+    UnitPlan,
+    Verify,
+)
+from deployc.project import Project
+from deployc.quantization import SCHEMES, Recipe
+from deployc.resolve import (
+    DEFAULT_FLOAT_RANGE,
+    DEFAULT_INT_RANGE,
+    ResolvedModel,
+    resolve,
+)
+from deployc.sources import imported_packages, module_roots, source_files
+from deployc.targets.backends import BACKENDS
+from deployc.targets.profile import Budgets, Unit
+from deployc.toolchain import Toolchain
+
+
+class _Inputs:
+    """Every file the plan read, once, with what it was read for (apply checks them again)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, HashedFile] = {}
+
+    def add(self, path: Path, role: str, sha256: str | None = None) -> str:
+        key = str(path.resolve())
+        if key not in self.files:
+            self.files[key] = HashedFile(path=key, sha256=sha256 or file_sha256(path), role=role)
+        return self.files[key].sha256
+
+
+def verification_points(dims: list[DimPlan]) -> list[dict[str, int]]:
+    """The sizes verification runs at: every dim at its min, at its middle, at its max (deduplicated)."""
+    if not dims:
+        return [{}]
+    points = [{d.name: d.min for d in dims}, {d.name: (d.min + d.max) // 2 for d in dims}, {d.name: d.max for d in dims}]
+    unique: list[dict[str, int]] = []
+    for p in points:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def _sources(folder: Path, factory: str, inputs: _Inputs) -> tuple[list[SourceFile], dict[str, str]]:
+    roots = module_roots(folder)
+    out = []
+    files = source_files(factory.split(":")[0], roots)
+    for f in files:
+        root = next(r for r in roots if f.is_relative_to(r))
+        out.append(SourceFile(path=f.relative_to(root).as_posix(), sha256=inputs.add(f, "model source")))
+    return out, imported_packages(files, roots[:1])
+
+
+def _budget_limits(profile_budgets: Budgets, unit: Unit) -> dict[str, int]:
+    limits = {k: v for k, v in profile_budgets.model_dump().items() if v is not None}
+    if unit.budgets is not None:
+        limits.update({k: v for k, v in unit.budgets.model_dump().items() if v is not None})
+    return limits
+
+
+def _choose_unit(r: ResolvedModel, toolchain: Toolchain) -> tuple[Unit, Recipe, list[Skipped]]:
+    profile = r.profile.profile
+    scheme = r.quantization.scheme
+    candidates = [profile.unit(r.unit)] if r.unit else list(profile.units)
+    skipped: list[Skipped] = []
+    dynamic = sorted(r.spec.dims)
+    for unit in candidates:
+        assert unit is not None  # pins were checked at load time
+        backend = BACKENDS[unit.backend]
+        recipe = backend.recipe(r.quantization)
+        available = toolchain.backends[unit.backend]
+        problem = None
+        if scheme not in unit.quantization or recipe is None:
+            problem = f"accepts {', '.join(unit.quantization)}; not {scheme}"
+        elif not available.usable:
+            if profile.fallback == "error" or r.unit:
+                why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
+                raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
+                                            f"models.{r.model}: unit '{unit.name}' ({unit.backend}) of target "
+                                            f"'{r.target}' cannot build on this machine: {available.reason}; {why}",
+                                            "install the toolchain, or set fallback: next in the profile")])
+            problem = f"toolchain not usable here: {available.reason}"
+        elif backend.static_shapes_only and dynamic:
+            problem = f"needs static shapes; the model declares dynamic dims {', '.join(dynamic)}"
+        if problem is None:
+            return unit, recipe, skipped  # type: ignore[return-value]
+        if r.unit:
+            raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
+                                        f"models.{r.model}.overrides.{r.target}.unit: unit '{unit.name}' "
+                                        f"({unit.backend}) cannot build this model: {problem}",
+                                        f"unit '{unit.name}' supports: {', '.join(unit.quantization)}")])
+        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem))
+    summary = "; ".join(f"{s.unit} ({s.backend}): {s.reason}" for s in skipped)
+    raise PlanError([Diagnostic(r.quantization_at,
+                                f"{r.quantization_field}: no unit of target '{r.target}' can build model "
+                                f"'{r.model}' with scheme '{scheme}'",
+                                summary)])
+
+
+def _outputs(specs: dict[str, Any]) -> list[OutputPlan]:
+    return [OutputPlan(name=n, shape=list(o.shape), dtype=o.dtype) for n, o in specs.items()]
+
+
+def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
+    return [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype, fill=i.fill,
+                      range=i.range or (DEFAULT_FLOAT_RANGE if i.dtype.startswith(("float", "bfloat"))
+                                        else (0.0, 1.0) if i.dtype == "bool" else DEFAULT_INT_RANGE))
+            for n, i in specs.items()]
+
+
+def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+    unit, recipe, skipped = _choose_unit(r, toolchain)
+    folder = project.folder
+    if recipe.calibration_dataset:  # its content, not its name, decides the program
+        sha = inputs.add(folder / recipe.calibration_dataset, "calibration dataset")
+        recipe = recipe.model_copy(update={"calibration_dataset_sha256": sha})
+    spec = r.spec
+    ckpt = spec.source.checkpoint
+    if ckpt is not None:
+        inputs.add(folder / ckpt.path, "checkpoint", ckpt.sha256)
+    dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in spec.dims.items()]
+    methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
+               for n, meth in spec.methods.items()]
+    backend = BACKENDS[unit.backend]
+    tol = r.tolerances
+    if not tol.enabled:
+        run, reason = False, "verification disabled in the manifest"
+    elif not backend.runs_here.usable:
+        run, reason = False, f"not run on this host: {backend.runs_here.reason}"
+    else:
+        run, reason = True, ""
+    estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
+    sources, packages = _sources(folder, spec.source.factory, inputs)
+    steps: list[Any] = [
+        LoadModel(factory=spec.source.factory, kwargs=spec.source.kwargs, checkpoint=ckpt.path if ckpt else None,
+                  checkpoint_sha256=ckpt.sha256 if ckpt else None, seed=spec.seed,
+                  sources=sources, packages=packages),
+        Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
+        Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
+        Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
+              constants=spec.constants, code=toolchain.code[unit.backend]),
+        Serialize(),
+        Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
+               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
+        CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
+        Package(file=layout.program_file(r.model), task=spec.task, outputs=_outputs(spec.outputs),
+                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs}),
+    ]
+    keyed = []
+    previous = key_of(toolchain.versions, toolchain.code["compile"])
+    program_key = ""
+    for s in steps:
+        previous = key_of(previous, s.model_dump(mode="json", exclude={"key"}))
+        keyed.append(s.model_copy(update={"key": previous}))
+        if isinstance(s, Serialize):
+            program_key = previous
+    doc, base = project.doc, ("models", r.model)
+    outputs_at = {"forward": doc.locate((*base, "outputs")),
+                  **{n: doc.locate((*base, "methods", n, "outputs")) for n in spec.methods}}
+    return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
+                    quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
+                    warmup=unit.warmup, steps=keyed, skipped=skipped, outputs_at=outputs_at)
+
+
+def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:
+    """The pipeline's tokenizer files and vector indexes for one target."""
+    pipeline = project.manifest.pipeline
+    if pipeline is None:
+        return []
+    folder = project.folder
+    found = {name: tokenizer_file(t, folder) for name, t in pipeline.tokenizers.items()}
+    shas = {name: inputs.add(path, "tokenizer") for name, path in found.items() if path is not None}
+    out: list[Any] = [TokenizerAssetPlan(name=name, file=layout.tokenizer_file(name),
+                                         source=pipeline.tokenizers[name], sha256=sha)
+                      for name, sha in sorted(shas.items())]
+    programs = {u.model: u.program_key for u in units}
+    for name, ix in sorted(pipeline.indexes.items()):
+        spec = project.manifest.models[ix.model]
+        first = next(iter(spec.inputs.values()))
+        dynamic = [spec.dims[d].max for d in first.shape if isinstance(d, str)]
+        files, _ = corpus_files(ix, folder)
+        plan = IndexAssetPlan(
+            name=name, file=layout.index_file(name), model=ix.model, program_key=programs[ix.model],
+            tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer],
+            max_tokens=min(dynamic) if dynamic else int(first.shape[-1]),
+            words=ix.chunking.words, overlap=ix.chunking.overlap,
+            corpus=[SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus"))
+                    for f in files])
+        out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
+                                                                         exclude={"key", "name", "file"}))}))
+    return out
+
+
+def _content(u: UnitPlan, up_to: str = "package") -> list[dict[str, Any]]:
+    """The unit's steps as the manifest and profile make them: keys and code hashes (which fold the
+    toolchain) and descriptions left out."""
+    steps = [s.model_dump(mode="json", exclude=set(NOT_CONTENT)) for s in u.steps]
+    return steps[:STEP_ORDER.index(up_to) + 1]
+
+
+def program_content_key(u: UnitPlan) -> str:
+    """What decides a program's bytes, but for tool versions and deployc's code."""
+    return key_of(_content(u, "serialize"))
+
+
+def _bundle(project: Project, target: str, profile: str, device: dict[str, str], units: list[UnitPlan],
+            assets: list[Any], pipeline: Any) -> BundlePlan:
+    m = project.manifest
+    content = {u.package.file: program_content_key(u) for u in units}
+    by_model = {u.model: content[u.package.file] for u in units}
+    for a in assets:
+        if isinstance(a, TokenizerAssetPlan):
+            content[a.file] = a.sha256
+        else:
+            index = key_of(a.model_dump(mode="json", exclude={"key", "name", "file", "program_key"}),
+                           by_model[a.model])
+            content[a.file] = content[layout.index_vectors_file(a.file)] = index
+    described = [{"model": u.model, "unit": u.unit, "backend": u.backend, "quantization": u.quantization,
+                  "threads": u.threads, "warmup": u.warmup, "steps": _content(u)} for u in units]
+    bundle_key = key_of({"bundle": {"name": m.name, "version": m.version, "target": target, "profile": profile},
+                         "device": device, "files": content, "units": described,
+                         "pipeline": pipeline.model_dump(mode="json") if pipeline else None})
+    return BundlePlan(dir=layout.bundle_dir(m.name, m.version, profile),
+                      archive=layout.archive_file(m.name, m.version, profile),
+                      bundle_key=bundle_key, content_keys=dict(sorted(content.items())))
+
+
+def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = None) -> BuildPlan:
+    m = project.manifest
+    if only_target is not None and only_target not in m.targets:
+        raise PlanError([Diagnostic(project.doc.locate(("targets",)),
+                                    f"--target {only_target}: not one of this manifest's targets: {', '.join(m.targets)}")])
+    inputs = _Inputs()
+    manifest_sha = inputs.add(project.path, "manifest")
+    problems: list[Diagnostic] = []
+    by_target: dict[str, list[UnitPlan]] = {t: [] for t in m.targets if only_target in (None, t)}
+    for r in resolve(project):
+        if r.target not in by_target:
+            continue
+        try:
+            by_target[r.target].append(_unit_plan(project, r, toolchain, inputs))
+        except PlanError as exc:
+            problems.extend(exc.diagnostics)
+    seen: dict[str, str] = {}
+    for i, t in enumerate(m.targets):
+        name = project.profiles[t].profile.name
+        if name in seen:  # bundles are directories named after profiles
+            problems.append(Diagnostic(project.doc.locate(("targets", i)),
+                                       f"targets[{i}]: '{t}' is profile '{name}' again (also '{seen[name]}'); "
+                                       "each target needs a distinct profile name"))
+        seen.setdefault(name, t)
+    if problems:
+        raise PlanError(problems)
+    pipeline = pipeline_config(m)
+    targets = []
+    for t, units in by_target.items():
+        loaded = project.profiles[t]
+        for f in loaded.files:
+            inputs.add(f, "profile")
+        p = loaded.profile
+        device = p.device.model_dump(exclude_defaults=True)
+        assets = _assets(project, units, inputs)
+        targets.append(TargetPlan(target=t, profile=p.name, profile_key=key_of(p.model_dump(mode="json")),
+                                  device=device, units=units, assets=assets,
+                                  bundle=_bundle(project, t, p.name, device, units, assets, pipeline)))
+    return BuildPlan(
+        manifest=ManifestRef(name=m.name, version=m.version, file=project.path.name,
+                             folder=str(project.folder.resolve()), sha256=manifest_sha,
+                             version_at=project.doc.locate(("version",))),
+        toolchain=toolchain, targets=targets, pipeline=pipeline, inputs=sorted(inputs.files.values(),
+                                                                               key=lambda f: (f.role, f.path)))

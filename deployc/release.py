@@ -1,0 +1,69 @@
+"""What a plan would do to the releases already in an output directory, known before anything is
+lowered: each target's bundle is new, unchanged, changed (an immutable release would conflict), or
+made by other tools (only the bytes after the build can tell). Reads lock files; pure otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from deployc import layout
+from deployc.plan import BuildPlan, TargetPlan
+from deployc.schema_base import Frozen
+
+State = Literal["new", "unchanged", "changed", "tools-changed", "unknown"]
+
+EXPLAIN: dict[str, str] = {
+    "new": "no release yet",
+    "unchanged": "the release exists with this content",
+    "changed": "the release exists with other content: building it needs a new version or --force",
+    "tools-changed": "the release exists, made by other tool versions or deployc code; the build compares the bytes",
+    "unknown": "the release exists but its lock file records no bundle key (made by an older deployc); the build "
+               "compares the bytes",
+}
+
+
+class ReleaseStatus(Frozen):
+    target: str
+    profile: str
+    state: State
+    dir: str  # the bundle directory this status is about
+    files: list[str] = []  # the files that would change ("changed" only)
+
+    @property
+    def conflict(self) -> bool:
+        return self.state == "changed"
+
+
+def _lock(folder: Path) -> dict[str, Any] | None:
+    try:
+        lock = json.loads((folder / layout.LOCK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return lock if isinstance(lock, dict) else None
+
+
+def _predicted_changes(target: TargetPlan, lock: dict[str, Any]) -> list[str]:
+    old: dict[str, str] = lock.get("content_keys") or {}
+    new = target.bundle.content_keys
+    files = {f for f in set(old) | set(new) if old.get(f) != new.get(f)}
+    return sorted(files | {layout.RUNTIME_BIN, layout.RUNTIME_JSON})  # they list every file's sha256
+
+
+def release_status(plan: BuildPlan, out_dir: Path) -> list[ReleaseStatus]:
+    return [_status(plan, t, out_dir / t.bundle.dir) for t in plan.targets]
+
+
+def _status(plan: BuildPlan, t: TargetPlan, folder: Path) -> ReleaseStatus:
+    status = ReleaseStatus(target=t.target, profile=t.profile, state="new", dir=str(folder))
+    if not folder.exists():
+        return status
+    lock = _lock(folder)
+    if lock is None or "bundle_key" not in lock:
+        return status.model_copy(update={"state": "unknown"})
+    if lock["bundle_key"] != t.bundle.bundle_key:
+        return status.model_copy(update={"state": "changed", "files": _predicted_changes(t, lock)})
+    if lock.get("tools") != plan.toolchain.versions or lock.get("code") != plan.toolchain.code:
+        return status.model_copy(update={"state": "tools-changed"})
+    return status.model_copy(update={"state": "unchanged"})

@@ -1,0 +1,57 @@
+"""The backend registry: one module per ExecuTorch backend, each a `Backend`, gathered in a plain dict
+whose keys are also the schema's allowed backend names. Adding a backend is one new module in this
+package and one entry in `BACKENDS`.
+
+Nothing here imports torch: `validate` and `plan` read names, schemes and availability; build workers
+call `quantizer` and `to_edge`, which import executorch and torchao themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from deployc.manifest import QuantSpec
+from deployc.quantization import Recipe
+from deployc.targets.backends import cortex_m, portable, qnn, vulkan, xnnpack
+from deployc.targets.backends.base import Availability
+
+
+class Backend(Protocol):
+    name: str
+    partitioners: tuple[str, ...]
+    static_shapes_only: bool
+    runs_here: Availability  # whether this host's executorch.runtime executes its programs, and why not
+
+    @property
+    def schemes(self) -> frozenset[str]: ...
+
+    def availability(self, env: Mapping[str, str]) -> Availability:
+        """Whether its ahead-of-time toolchain is usable on this machine (read, never installed)."""
+        ...
+
+    def recipe(self, quant: QuantSpec) -> Recipe | None: ...
+
+    def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str: ...
+
+    def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any: ...
+
+    def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
+                constants: Mapping[str, Any]) -> Any: ...
+
+
+_MODULES = (  # the registry: one line per backend module, in the order `deployc targets` lists them
+    xnnpack,
+    vulkan,
+    cortex_m,
+    portable,
+    qnn,
+)
+
+BACKENDS: dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
+
+# Each backend's source file: its hash is part of every program key the backend builds.
+BACKEND_FILES: dict[str, Path] = {m.BACKEND.name: Path(m.__file__) for m in _MODULES}  # type: ignore[arg-type]
+
+BackendName = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]  # the registry's keys, for the schema

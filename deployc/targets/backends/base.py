@@ -1,0 +1,133 @@
+"""What every backend module shares: whether a thing works here, the recipe lookup, and the lowering
+path most delegates take. Nothing here imports torch at module level: `validate` and `plan` read the
+registry; the build calls the methods that import executorch and torchao."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployc.errors import BuildError
+from deployc.manifest import QuantSpec
+from deployc.quantization import (
+    DEFAULT_CALIBRATION_SAMPLES,
+    DEFAULT_GROUP_SIZE,
+    SCHEMES,
+    Method,
+    Recipe,
+)
+from deployc.schema_base import Frozen
+
+
+class Availability(Frozen):
+    usable: bool
+    reason: str = ""
+
+
+USABLE = Availability(usable=True)
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` is installed, without importing it or its parent packages (find_spec of
+    a dotted name would run the parents' __init__)."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):  # set to None in sys.modules, or a broken install
+        return False
+    if spec is None:
+        return False
+    if not rest:
+        return True
+    for root in spec.submodule_search_locations or []:
+        base = Path(root).joinpath(*rest)
+        if base.with_suffix(".py").is_file() or base.is_dir():  # a module, a package or a namespace package
+            return True
+    return False
+
+
+def modules_available(modules: tuple[str, ...]) -> Availability:
+    """Whether every Python module is installed."""
+    for module in modules:
+        if not _installed(module):
+            return Availability(usable=False, reason=f"Python module {module} is not installed")
+    return USABLE
+
+
+@dataclass(frozen=True)
+class BackendBase:
+    """Defaults for a backend whose ahead-of-time toolchain ships in the executorch wheel and that
+    lowers through `to_edge_transform_and_lower` with its partitioners."""
+
+    name: str
+    methods: Mapping[str, Method]  # scheme -> how the build applies it
+    modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
+    partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
+    static_shapes_only: bool = False
+    runs_here: Availability = field(default=USABLE)  # can this host's executorch.runtime execute its programs?
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        return frozenset(self.methods)
+
+    def availability(self, env: Mapping[str, str]) -> Availability:
+        return modules_available(self.modules)
+
+    def recipe(self, quant: QuantSpec) -> Recipe | None:
+        """The recipe for a manifest's quantization; None when this backend cannot build the scheme."""
+        method = self.methods.get(quant.scheme)
+        if method is None:
+            return None
+        scheme = SCHEMES[quant.scheme]
+        cal = quant.calibration
+        return Recipe(
+            scheme=quant.scheme, method=method,
+            group_size=(quant.group_size or DEFAULT_GROUP_SIZE) if scheme.grouped else None,
+            calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
+            calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
+            calibration_dataset=cal.dataset if cal and scheme.calibrated else None,
+        )
+
+    def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
+        """What `quantizer` builds, in words, for `deployc plan`."""
+        return "no quantization" if recipe.method == "none" else f"{recipe.method} {recipe.scheme}"
+
+    # ---- torch side: called in build workers only ----------------------------------------------------
+    def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
+        """The torchao config (method torchao) or PT2E quantizer (method pt2e) for `recipe`."""
+        raise BuildError(f"backend {self.name} has no quantizer for scheme {recipe.scheme}")
+
+    def partitioner_objects(self, recipe: Recipe, options: Mapping[str, Any]) -> list[Any]:
+        return []
+
+    def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
+                constants: Mapping[str, Any]) -> Any:
+        """The lowered EdgeProgramManager (before to_executorch) of a program's methods."""
+        return lower_with_partitioners(programs, self.partitioner_objects(recipe, options), constants)
+
+
+def lower_with_partitioners(programs: dict[str, Any], partitioners: list[Any], constants: Mapping[str, Any]) -> Any:
+    from executorch.exir import to_edge_transform_and_lower
+
+    constant_methods = {f"get_{k}": v for k, v in sorted(constants.items())} or None
+    return to_edge_transform_and_lower(programs, partitioner=partitioners, constant_methods=constant_methods)
+
+
+def int8_dynamic_activations(weight_bits: int, group_size: int | None) -> Any:
+    """torchao's int8 dynamic activations with int8 (per channel) or int4 (grouped) weights."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    return Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int8 if weight_bits == 8 else torch.int4,  # type: ignore[attr-defined]
+        weight_granularity=PerAxis(0) if group_size is None else PerGroup(group_size))
+
+
+def describe_int8_dynamic_activations(weight_bits: int, group_size: int | None) -> str:
+    granularity = "PerAxis(0)" if group_size is None else f"PerGroup({group_size})"
+    return (f"torchao Int8DynamicActivationIntxWeightConfig(weight_dtype=int{weight_bits}, "
+            f"weight_granularity={granularity})")

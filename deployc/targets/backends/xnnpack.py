@@ -1,0 +1,45 @@
+"""XNNPACK: the CPU delegate for Arm and x86. Its programs run on this host."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deployc.quantization import SCHEMES, Recipe
+from deployc.targets.backends.base import (
+    BackendBase,
+    describe_int8_dynamic_activations,
+    int8_dynamic_activations,
+)
+
+
+@dataclass(frozen=True)
+class Xnnpack(BackendBase):
+    def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
+        if recipe.method == "torchao":
+            return describe_int8_dynamic_activations(SCHEMES[recipe.scheme].weight_bits, recipe.group_size)
+        if recipe.method == "pt2e":
+            return "PT2E XNNPACKQuantizer(symmetric, per-channel, static), calibrated"
+        return super().describe(recipe, options)
+
+    def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
+        if recipe.method == "torchao":
+            return int8_dynamic_activations(SCHEMES[recipe.scheme].weight_bits, recipe.group_size)
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+
+        return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+
+    def partitioner_objects(self, recipe: Recipe, options: Mapping[str, Any]) -> list[Any]:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
+            XnnpackPartitioner,
+        )
+
+        return [XnnpackPartitioner()]
+
+
+BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e"},
+                  modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",))

@@ -1,0 +1,139 @@
+"""The pure functions that decide numbers and shapes, tested directly (the build tests reach them only
+through slow builds): metrics, chunking, token choice, dim points, output comparison."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from deployc.build import compare_outputs
+from deployc.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
+from deployc.graph.metrics import EXACT_SQNR_DB, compare, judge, summarize
+from deployc.packaging.corpus import chunk_text
+from deployc.plan import DimPlan, OutputPlan
+from deployc.planner import verification_points
+from deployc.runtime.generation import choose, generate
+
+
+# ---- metrics -------------------------------------------------------------------------------------------
+
+def test_identical_outputs_are_exact() -> None:
+    x = np.array([1.0, -2.0, 3.0])
+    assert compare(x, x) == Metrics(max_abs=0.0, cosine=1.0, sqnr_db=EXACT_SQNR_DB)
+
+
+def test_metrics_of_a_known_error() -> None:
+    ref = np.array([3.0, 4.0])  # |ref|^2 = 25
+    out = np.array([3.0, 4.5])  # noise 0.25 -> SQNR 10*log10(100) = 20 dB
+    m = compare(ref, out)
+    assert m.max_abs == pytest.approx(0.5)
+    assert m.sqnr_db == pytest.approx(20.0)
+    assert m.cosine == pytest.approx((9 + 18) / (5 * math.hypot(3, 4.5)))
+
+
+def test_metrics_edge_cases() -> None:
+    zero = np.zeros(3)
+    assert compare(zero, zero).cosine == 1.0
+    assert compare(zero, np.ones(3)).cosine == 0.0 and compare(zero, np.ones(3)).sqnr_db == -EXACT_SQNR_DB
+    assert compare(np.ones(3), -np.ones(3)).cosine == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match=r"output shape \[2\] differs from eager \[3\]"):
+        compare(np.ones(3), np.ones(2))
+
+
+def test_summary_is_the_worst_of_every_output_at_every_point() -> None:
+    points = [PointMetrics(method="forward", dims={"n": 1}, outputs=[Metrics(max_abs=0.1, cosine=0.999, sqnr_db=30),
+                                                                      Metrics(max_abs=0.3, cosine=0.99, sqnr_db=40)]),
+              PointMetrics(method="forward", dims={"n": 4}, outputs=[Metrics(max_abs=0.2, cosine=0.995, sqnr_db=25)])]
+    assert summarize(points) == Summary(max_abs=0.3, min_cosine=0.99, min_sqnr_db=25)
+
+
+def test_judge_names_every_tolerance_missed() -> None:
+    s = Summary(max_abs=0.5, min_cosine=0.98, min_sqnr_db=15.0)
+    assert judge(s, 0.98, 15.0, 0.5) == []
+    assert judge(s, 0.99, 20.0, 0.1) == ["cosine 0.980000 < 0.99", "SQNR 15.00 dB < 20.0 dB", "max abs error 0.5 > 0.1"]
+    assert judge(s, 0.9, 10.0, None) == []
+
+
+# ---- chunking ------------------------------------------------------------------------------------------
+
+def test_chunks_overlap_and_cover_every_word() -> None:
+    text = " ".join(f"w{i}" for i in range(10))
+    assert chunk_text(text, words=4, overlap=1) == ["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]
+    assert chunk_text(text, words=4, overlap=0) == ["w0 w1 w2 w3", "w4 w5 w6 w7", "w8 w9"]
+    assert chunk_text(text, words=20, overlap=5) == [text]
+    assert chunk_text("  \n ", words=4, overlap=1) == []
+
+
+# ---- token choice --------------------------------------------------------------------------------------
+
+def test_greedy_takes_the_largest_logit() -> None:
+    rng = np.random.default_rng(0)
+    assert choose(np.array([0.1, 3.0, 2.9]), temperature=0.0, top_p=1.0, rng=rng) == 1
+
+
+def test_top_p_keeps_only_the_nucleus() -> None:
+    logits = np.log(np.array([0.6, 0.3, 0.05, 0.05]))
+    rng = np.random.default_rng(1)
+    picks = {choose(logits, temperature=1.0, top_p=0.7, rng=rng) for _ in range(200)}
+    assert picks == {0, 1}  # 0.6 alone is under 0.7; 0.6 + 0.3 covers it
+    rng = np.random.default_rng(1)
+    assert {choose(logits, temperature=1.0, top_p=0.5, rng=rng) for _ in range(50)} == {0}
+
+
+def test_sampling_is_seeded() -> None:
+    logits = np.zeros(50)
+    a = [choose(logits, 1.0, 1.0, np.random.default_rng(7)) for _ in range(5)]
+    b = [choose(logits, 1.0, 1.0, np.random.default_rng(7)) for _ in range(5)]
+    assert a == b
+
+
+def test_generate_stops_at_eos_and_feeds_positions() -> None:
+    calls: list[tuple[list[int], list[int]]] = []
+
+    def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        calls.append((tokens.reshape(-1).tolist(), positions.tolist()))
+        nxt = {0: 5, 1: 6, 2: 9}[len(calls) - 1]  # then the eos id 9
+        out = np.zeros(10)
+        out[nxt] = 1.0
+        return out
+
+    assert generate(step, [1, 2, 3], max_new_tokens=8, max_seq_len=64, eos_ids=[9]) == [5, 6]
+    assert calls == [([1, 2, 3], [0, 1, 2]), ([5], [3]), ([6], [4])]
+
+
+# ---- dim points ----------------------------------------------------------------------------------------
+
+def test_verification_points_are_min_mid_max_deduplicated() -> None:
+    assert verification_points([]) == [{}]
+    assert verification_points([DimPlan(name="b", min=1, max=8)]) == [{"b": 1}, {"b": 4}, {"b": 8}]
+    assert verification_points([DimPlan(name="b", min=2, max=3)]) == [{"b": 2}, {"b": 3}]
+    assert verification_points([DimPlan(name="b", min=5, max=5)]) == [{"b": 5}]
+    assert verification_points([DimPlan(name="b", min=1, max=4), DimPlan(name="s", min=8, max=64)]) == [
+        {"b": 1, "s": 8}, {"b": 2, "s": 36}, {"b": 4, "s": 64}]
+
+
+def test_export_point_never_uses_size_one_for_a_dim_that_may_grow() -> None:
+    inputs = pytest.importorskip("deployc.graph.inputs")  # imports torch
+    assert inputs.export_point([DimPlan(name="b", min=1, max=2)]) == {"b": 2}
+    assert inputs.export_point([DimPlan(name="b", min=1, max=9)]) == {"b": 5}
+    assert inputs.export_point([DimPlan(name="b", min=1, max=1)]) == {"b": 1}
+
+
+# ---- declared outputs ----------------------------------------------------------------------------------
+
+def test_declared_outputs_against_the_program() -> None:
+    declared = [OutputPlan(name="emb", shape=[1, 32], dtype="float32")]
+    actual = [TensorFacts(name="output_0", dtype="float32", shape=[1, 32])]
+    assert compare_outputs("forward", declared, actual, set()) is None
+    assert compare_outputs("forward", [], actual, set()) is None
+    wrong = [TensorFacts(name="output_0", dtype="float32", shape=[1, 64])]
+    assert compare_outputs("forward", declared, wrong, set()) == (
+        "output emb: declared float32[1, 32], the model returns float32[1, 64]")
+    assert compare_outputs("encode", declared, actual + actual, set()) == (
+        "method encode returns 2 output(s); the manifest declares 1")
+    dynamic = [OutputPlan(name="h", shape=[1, "seq"], dtype="float32")]
+    varying = [TensorFacts(name="output_0", dtype="float32", shape=[1, SizeRange(min=2, max=9)])]
+    assert compare_outputs("forward", dynamic, varying, {"seq"}) is None
+    assert compare_outputs("forward", dynamic, varying, set()) == "output h: dim 'seq' is not one of the model's dims"
