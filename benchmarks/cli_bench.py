@@ -74,7 +74,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"python -c pass: {bare * 1000:.0f} ms; python -c 'import torch': {torch * 1000:.0f} ms ({runs} runs, median)")
-    print(f"{"command":<52} {'median':>9} {'/ bare python':>14} {'/ import torch':>15}  target")
+    print(f"{'command':<52} {'median':>9} {'/ bare python':>14} {'/ import torch':>15}  target")
     for name, seconds, target in rows:
         print(f"{name:<52} {seconds * 1000:>6.0f} ms {seconds / bare:>13.1f}x {seconds / torch:>14.2f}x  {target}")
 
