@@ -15,7 +15,7 @@ from deployc.executors import Executor
 from deployc.facts import FACTS_FILE, PROGRAM_FILE, ProgramFacts, TensorFacts
 from deployc.graph.metrics import judge
 from deployc.plan import BuildPlan, OutputPlan, UnitPlan
-from deployc.results import Failure, Tolerance, UnitResult, Verification, WorkerResult
+from deployc.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
 from deployc.sizes import format_size
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
@@ -98,35 +98,76 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
                                      "program": str(entry.file(PROGRAM_FILE))})
 
 
+# A failure at these steps is the backend's (it cannot quantize, lower or run the graph): with
+# `fallback: next` the unit's next candidate is built instead. Earlier steps fail on every backend.
+BACKEND_STEPS = frozenset({"quantize", "lower", "serialize", "verify"})
+
+
+def _backend_failed(result: WorkerResult) -> bool:
+    return result.status == "failed" and result.step in BACKEND_STEPS
+
+
+def _chosen(unit: UnitPlan, results: dict[str, WorkerResult]) -> tuple[UnitPlan, list[Fallback]]:
+    """The first candidate of `unit` (itself, then its fallbacks) that its backend could build."""
+    candidates = [unit, *unit.fallbacks]
+    fell: list[Fallback] = []
+    for candidate in candidates[:-1]:
+        result = results.get(candidate.program_key)
+        if result is None or not _backend_failed(result):
+            return candidate, fell
+        first_line = next(iter((result.error or "").strip().splitlines()), "")
+        fell.append(Fallback(unit=candidate.unit, backend=candidate.backend, step=result.step or "",
+                             error=first_line[:300]))
+    return candidates[-1], fell  # the last candidate stands, built or failed
+
+
+def _run(todo: list[UnitPlan], cached: int, plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink,
+         say: Say, warn: Say) -> dict[str, WorkerResult]:
+    say(f"building {len(todo)} program(s) with {executor.describe(len(todo))}; {cached} cached")
+    for u in todo:
+        events(Event(label=u.label, kind="queued"))
+    t = time.perf_counter()
+    built = executor.run(todo, plan.folder, cache, events)
+    for r in built.values():
+        if r.warning:
+            warn(r.warning)
+    say(f"built in {time.perf_counter() - t:.1f} s")
+    return built
+
+
 def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say,
           warn: Say) -> dict[str, UnitResult]:
-    """Build every distinct program (or find it cached); judge every unit. Keyed by unit label."""
-    programs = plan.programs()
+    """Build every distinct program (or find it cached), falling back to a unit's next candidate where
+    its backend failed; judge every unit. Keyed by the label of the unit as planned."""
     results: dict[str, WorkerResult] = {}
-    todo = []
-    for key, unit in programs.items():
-        entry, warning = cache.get(key)
-        if warning:
-            warn(warning)
-        if entry is not None:
-            results[key] = WorkerResult(key=key, status="cached")
-        else:
-            todo.append(unit)
-    if todo:
-        say(f"building {len(todo)} program(s) with {executor.describe(len(todo))}; "
-            f"{len(programs) - len(todo)} cached")
-        for u in todo:
-            events(Event(label=u.label, kind="queued"))
-        t = time.perf_counter()
-        built = executor.run(todo, plan.folder, cache, events)
-        for r in built.values():
-            if r.warning:
-                warn(r.warning)
-        results.update(built)
-        say(f"built in {time.perf_counter() - t:.1f} s")
+    wanted = plan.programs()
+    while wanted:
+        todo = []
+        for key, unit in wanted.items():
+            entry, warning = cache.get(key)
+            if warning:
+                warn(warning)
+            if entry is not None:
+                results[key] = WorkerResult(key=key, status="cached")
+            else:
+                todo.append(unit)
+        if todo:
+            results.update(_run(todo, len(wanted) - len(todo), plan, cache, executor, events, say, warn))
+        wanted = {}
+        for u in plan.units():  # the next candidate of every unit whose backend just failed
+            chosen, fell = _chosen(u, results)
+            if chosen.program_key not in results:
+                wanted.setdefault(chosen.program_key, chosen)
+                say(f"{u.label}: {fell[-1].backend} failed at {fell[-1].step}; falling back to unit "
+                    f"{chosen.unit} ({chosen.backend})")
     # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
-    entries = {key: cache.get(key)[0] if results[key].status != "failed" else None for key in programs}
+    entries = {key: cache.get(key)[0] if r.status != "failed" else None for key, r in results.items()}
     for entry in entries.values():
         if entry is not None:
             cache.publish(entry)  # what local workers built reaches a shared cache too
-    return {u.label: judge_unit(u, results[u.program_key], entries[u.program_key]) for u in plan.units()}
+    judged = {}
+    for u in plan.units():
+        chosen, fell = _chosen(u, results)
+        result = judge_unit(chosen, results[chosen.program_key], entries[chosen.program_key])
+        judged[u.label] = result.model_copy(update={"fallbacks": fell}) if fell else result
+    return judged

@@ -24,29 +24,16 @@ from typing import Literal
 
 from filelock import FileLock
 
-from deployc.fingerprint import bytes_sha256, file_sha256
+from deployc.cache_paths import cache_spec, is_url, local_root, mirror_dir
+from deployc.fingerprint import file_sha256
 from deployc.plan import BuildPlan
-from deployc.shared_store import ENTRY_FILE, CorruptEntry, SharedStore, is_url
+from deployc.shared_store import ENTRY_FILE, CorruptEntry, SharedStore
+
+__all__ = ["Cache", "Entry", "cache_spec", "local_root", "open_cache", "plan_status"]
 
 ENTRY_SCHEMA_VERSION = 1
 
 Status = Literal["cached", "stale", "new"]
-
-
-def _user_cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "deployc"
-
-
-def cache_spec(option: str | None) -> str:
-    """--cache-dir, else $DEPLOYC_CACHE_DIR, else ~/.cache/deployc: a path or an fsspec URL."""
-    return option or os.environ.get("DEPLOYC_CACHE_DIR") or str(_user_cache_home())
-
-
-def mirror_dir(url: str) -> Path:
-    """Where a shared cache's entries are kept on this machine ($DEPLOYC_CACHE_MIRROR overrides)."""
-    if os.environ.get("DEPLOYC_CACHE_MIRROR"):
-        return Path(os.environ["DEPLOYC_CACHE_MIRROR"])
-    return _user_cache_home() / "shared" / bytes_sha256(url.rstrip("/").encode())[:16]
 
 
 def plan_status(plan: BuildPlan, cache: "Cache") -> dict[str, Status]:
@@ -56,11 +43,6 @@ def plan_status(plan: BuildPlan, cache: "Cache") -> dict[str, Status]:
     status.update({a.key: "cached" if indexes.has(a.key) else "new"
                    for t in plan.targets for a in t.assets if a.kind == "vector_index"})
     return status
-
-
-def local_root(spec: str) -> Path:
-    """The directory on this machine behind a cache spec (a shared cache's local mirror)."""
-    return mirror_dir(spec) if is_url(spec) else Path(spec)
 
 
 def open_cache(spec: str) -> "Cache":

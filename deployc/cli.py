@@ -311,7 +311,7 @@ def schema(out: Annotated[Path, typer.Option(help="directory to write the schema
 
 def _library_log(command: str) -> Path:
     """Where what torch and the ExecuTorch runtime print during `command` goes: the local cache's logs."""
-    from deployc.cache import cache_spec, local_root
+    from deployc.cache_paths import cache_spec, local_root
 
     return local_root(cache_spec(None)) / "logs" / f"{command}.log"
 

@@ -96,6 +96,7 @@ class Lower(Frozen):
     options: dict[str, Any]
     constants: dict[str, Any] = {}  # compiled in as constant methods get_<name>
     code: str = ""  # sha256 of the backend's module: an edit to it rebuilds its programs
+    toolchain: dict[str, str] = {}  # the backend's own toolchain (QNN: library version, layer hash)
 
 
 class Serialize(Frozen):
@@ -157,6 +158,9 @@ class UnitPlan(Frozen):
     warmup: int
     steps: list[Step]
     skipped: list[Skipped]
+    # With `fallback: next`, the next units that can build the model, tried in order when building on
+    # this one fails (a backend that cannot lower the graph). Planned in full, keys and all.
+    fallbacks: list[UnitPlan] = []
     outputs_at: dict[str, Location] = {}  # method -> where its outputs are declared in the manifest
 
     @property
@@ -281,7 +285,7 @@ class BuildPlan(Frozen):
         return [u for t in self.targets for u in t.units]
 
     def programs(self) -> dict[str, UnitPlan]:
-        """One unit per distinct program key: what the build actually has to make."""
+        """One unit per distinct program key: what the build has to make (fallbacks only when needed)."""
         out: dict[str, UnitPlan] = {}
         for u in self.units():
             out.setdefault(u.program_key, u)

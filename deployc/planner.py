@@ -97,42 +97,56 @@ def _budget_limits(profile_budgets: Budgets, unit: Unit) -> dict[str, int]:
     return limits
 
 
-def _choose_unit(r: ResolvedModel, toolchain: Toolchain) -> tuple[Unit, Recipe, list[Skipped]]:
-    profile = r.profile.profile
+def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe | None, str | None]:
+    """(the recipe, None) when `unit` can build the model here; else (None, why not)."""
     scheme = r.quantization.scheme
+    backend = BACKENDS[unit.backend]
+    recipe = backend.recipe(r.quantization)
+    if scheme not in unit.quantization or recipe is None:
+        return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
+    if not toolchain.backends[unit.backend].usable:
+        return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
+    if backend.static_shapes_only and r.spec.dims:
+        return None, f"needs static shapes; the model declares dynamic dims {', '.join(sorted(r.spec.dims))}"
+    return recipe, None
+
+
+def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[tuple[Unit, Recipe]], list[Skipped]]:
+    """The units that can build the model, in priority order (the first is used; with `fallback: next`
+    the others are tried in turn when building on it fails), and the units passed over before it."""
+    profile = r.profile.profile
     candidates = [profile.unit(r.unit)] if r.unit else list(profile.units)
     skipped: list[Skipped] = []
-    dynamic = sorted(r.spec.dims)
+    chosen: list[tuple[Unit, Recipe]] = []
     for unit in candidates:
         assert unit is not None  # pins were checked at load time
-        backend = BACKENDS[unit.backend]
-        recipe = backend.recipe(r.quantization)
-        available = toolchain.backends[unit.backend]
-        problem = None
-        if scheme not in unit.quantization or recipe is None:
-            problem = f"accepts {', '.join(unit.quantization)}; not {scheme}"
-        elif not available.usable:
-            if profile.fallback == "error" or r.unit:
-                why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
-                raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
-                                            f"models.{r.model}: unit '{unit.name}' ({unit.backend}) of target "
-                                            f"'{r.target}' cannot build on this machine: {available.reason}; {why}",
-                                            "install the toolchain, or set fallback: next in the profile")])
-            problem = f"toolchain not usable here: {available.reason}"
-        elif backend.static_shapes_only and dynamic:
-            problem = f"needs static shapes; the model declares dynamic dims {', '.join(dynamic)}"
-        if problem is None:
-            return unit, recipe, skipped  # type: ignore[return-value]
+        recipe, problem = _problem(r, unit, toolchain)
+        if recipe is not None:
+            chosen.append((unit, recipe))
+            if r.unit or profile.fallback == "error":
+                break
+            continue
+        if chosen:
+            continue  # after the chosen unit: not a candidate to fall back to, nothing to report
+        if problem.startswith("toolchain") and (profile.fallback == "error" or r.unit):
+            reason = toolchain.backends[unit.backend].reason
+            why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
+            raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
+                                        f"models.{r.model}: unit '{unit.name}' ({unit.backend}) of target "
+                                        f"'{r.target}' cannot build on this machine: {reason}; {why}",
+                                        "install the toolchain, or set fallback: next in the profile")])
         if r.unit:
             raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
                                         f"models.{r.model}.overrides.{r.target}.unit: unit '{unit.name}' "
                                         f"({unit.backend}) cannot build this model: {problem}",
                                         f"unit '{unit.name}' supports: {', '.join(unit.quantization)}")])
-        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem))
+        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem or ""))
+    if chosen:
+        return chosen, skipped
     summary = "; ".join(f"{s.unit} ({s.backend}): {s.reason}" for s in skipped)
     raise PlanError([Diagnostic(r.quantization_at,
                                 f"{r.quantization_field}: no unit of target '{r.target}' can build model "
-                                f"'{r.model}' with scheme '{scheme}'",
+                                f"'{r.model}' with scheme '{r.quantization.scheme}'",
                                 summary)])
 
 
@@ -148,7 +162,13 @@ def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
 
 
 def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
-    unit, recipe, skipped = _choose_unit(r, toolchain)
+    chosen, skipped = _choose_units(r, toolchain)
+    plans = [_planned_on(project, r, unit, recipe, toolchain, inputs) for unit, recipe in chosen]
+    return plans[0].model_copy(update={"skipped": skipped, "fallbacks": plans[1:]})
+
+
+def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
+                inputs: _Inputs) -> UnitPlan:
     folder = project.folder
     if recipe.calibration_dataset:  # its content, not its name, decides the program
         sha = inputs.add(folder / recipe.calibration_dataset, "calibration dataset")
@@ -164,8 +184,8 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs:
     tol = r.tolerances
     if not tol.enabled:
         run, reason = False, "verification disabled in the manifest"
-    elif not backend.runs_here.usable:
-        run, reason = False, f"not run on this host: {backend.runs_here.reason}"
+    elif not toolchain.runs[unit.backend].usable:
+        run, reason = False, f"not run on this host: {toolchain.runs[unit.backend].reason}"
     else:
         run, reason = True, ""
     estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
@@ -177,7 +197,8 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs:
         Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
         Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
-              constants=spec.constants, code=toolchain.code[unit.backend]),
+              constants=spec.constants, code=toolchain.code[unit.backend],
+              toolchain=toolchain.backends[unit.backend].facts),
         Serialize(),
         Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
@@ -198,7 +219,7 @@ def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs:
                   **{n: doc.locate((*base, "methods", n, "outputs")) for n in spec.methods}}
     return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
                     quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
-                    warmup=unit.warmup, steps=keyed, skipped=skipped, outputs_at=outputs_at)
+                    warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at)
 
 
 def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:

@@ -66,8 +66,17 @@ class Failure(Frozen):
     log: str | None = None  # the unit's log file, when the libraries' output went to one
 
 
+class Fallback(Frozen):
+    """A unit the build tried first, whose backend could not build the model."""
+
+    unit: str
+    backend: str
+    step: str
+    error: str  # the first line of its error
+
+
 class UnitResult(Frozen):
-    unit: UnitPlan
+    unit: UnitPlan  # the unit it was built on (a fallback when the planned one failed)
     status: Status
     failure: Failure | None = None
     facts: ProgramFacts | None = None
@@ -75,6 +84,7 @@ class UnitResult(Frozen):
     program: str | None = None  # the .pte in the cache
     node: Node | None = None
     attempts: int = 0
+    fallbacks: list[Fallback] = []  # units tried before, in order, and why each failed
 
     def to_json(self) -> dict[str, Any]:
         f = self.facts
@@ -93,6 +103,7 @@ class UnitResult(Frozen):
             "durations_s": f.durations_s if f else None,
             "built_on": self.node.model_dump(mode="json", exclude_none=True) if self.node else None,
             "attempts": self.attempts,
+            "fell_back_from": [f.model_dump(mode="json") for f in self.fallbacks],
             "failure": ({"step": self.failure.step, "error": self.failure.error,
                          **({"at": str(self.failure.at)} if self.failure.at else {}),
                          **({"log": self.failure.log} if self.failure.log else {})} if self.failure else None),

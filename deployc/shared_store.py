@@ -30,10 +30,6 @@ class CorruptEntry(Exception):
     """The shared entry does not match its marker (a torn upload from an old client, bit rot, tampering)."""
 
 
-def is_url(spec: str) -> bool:
-    return "://" in spec
-
-
 class SharedStore:
     def __init__(self, url: str) -> None:
         import fsspec  # light (no torch); only loaded when a URL is configured

@@ -25,14 +25,16 @@ VERSIONED = ("torch", "executorch", "torchao", "flatbuffers", "numpy")
 
 _PACKAGE = Path(deployc.__file__).resolve().parent
 # deployc's code that makes and measures every program, whatever the backend (relative to the package).
-COMPILE_CODE = ("graph", "facts.py", "runtime/host.py", "runtime/verify_worker.py", "targets/backends/base.py")
+COMPILE_CODE = ("graph", "facts.py", "runtime/host.py", "runtime/verify_worker.py", "targets/backends/base.py",
+                "pte.py")
 # deployc's code that writes bundles: not in program keys, but a bundle made by other packaging code may differ.
 PACKAGE_CODE = ("packaging", "layout.py", "pipeline/config.py", "runtime/embed_worker.py")
 
 
 class Toolchain(Frozen):
     versions: dict[str, str]
-    backends: dict[str, Availability]
+    backends: dict[str, Availability]  # can each backend's programs be built here
+    runs: dict[str, Availability]  # can this host's runtime execute each backend's programs
     code: dict[str, str]  # "compile", "package" and each backend name -> sha256 of the deployc source that makes it
 
 
@@ -65,5 +67,8 @@ def detect(env: Mapping[str, str] | None = None) -> Toolchain:
     env = dict(os.environ if env is None else env)
     versions = {"python": platform.python_version(), "deployc": deployc.__version__}
     versions.update({name: _version(name) for name in VERSIONED})
-    return Toolchain(versions=versions, backends={n: b.availability(env) for n, b in BACKENDS.items()},
-                     code=code_hashes())
+    backends = {n: b.availability(env) for n, b in BACKENDS.items()}
+    return Toolchain(versions=versions, backends=backends, code=code_hashes(),
+                     runs={n: b.runs_here(env) if backends[n].usable else Availability(
+                         usable=False, reason=f"no {n} toolchain here: {backends[n].reason}")
+                         for n, b in BACKENDS.items()})

@@ -33,6 +33,9 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
                       u.quantization, dims, status[u.program_key], u.program_key[:12])
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
+        if u.fallbacks:
+            skipped.append(f"  {u.model} on {u.target}: if {u.unit} ({u.backend}) cannot build it: "
+                           + ", then ".join(f"{f.unit} ({f.backend})" for f in u.fallbacks))
     console.table(table)
     for line in skipped:
         console.result(line)
@@ -50,6 +53,14 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
             if a.kind == "vector_index":
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
                                f"({status[a.key]}, {a.key[:12]})")
+    used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})
+    for name in used:
+        a = build_plan.toolchain.backends[name]
+        if a.source or not a.usable:
+            facts = ", ".join(f"{k} {v[:12] if k == 'compat_layer' else v}" for k, v in a.facts.items()
+                              if k != "libraries")
+            console.result(f"  toolchain {name}: " + (f"{a.source}" + (f" ({facts})" if facts else "")
+                                                     if a.usable else f"not usable here: {a.reason}"))
     for r in releases:
         files = f": {', '.join(r.files)}" if r.files else ""
         console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
@@ -77,6 +88,10 @@ def render_build(console: Console, report: BuildReport) -> None:
                        f"{r.failure.error}")
         if r.failure.log:
             console.result(f"  what the libraries printed: {r.failure.log}")
+    for r in report.units:
+        for f in r.fallbacks:
+            console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {f.unit} ({f.backend}) failed at "
+                           f"{f.step}: {f.error}; built on unit {r.unit.unit} ({r.unit.backend}) instead")
     for r in report.units:
         if r.verification and r.verification.status == "not-run":
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")

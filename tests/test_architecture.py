@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deployc"
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("deployc", "deployc.errors", "deployc.fingerprint", "deployc.sizes", "deployc.faults",
               "deployc.yaml_io", "deployc.schema_base", "deployc.schema_errors", "deployc.quantization",
-              "deployc.layout", "deployc.events", "deployc.captured", "deployc.pte", "deployc.console")),
+              "deployc.layout", "deployc.events", "deployc.captured", "deployc.pte", "deployc.console",
+              "deployc.cache_paths")),
     ("load", ("deployc.manifest", "deployc.pipeline", "deployc.targets", "deployc.sources", "deployc.project",
               "deployc.schemas")),
     ("resolve", ("deployc.resolve",)),

@@ -18,10 +18,11 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
     """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods."""
     from executorch.exir import ExecutorchBackendConfig
 
+    backend = BACKENDS[step.backend]
     try:
-        edge = BACKENDS[step.backend].to_edge(programs, recipe, step.options, step.constants)
+        edge = backend.to_edge(programs, recipe, step.options, step.constants)
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
-        program = edge.to_executorch(ExecutorchBackendConfig())
+        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config()))
     except BuildError:
         raise
     except Exception as exc:

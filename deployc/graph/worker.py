@@ -83,7 +83,9 @@ def build_program(job: WorkerJob) -> WorkerResult:
 
 def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None], log: IO[str] | None) -> ProgramFacts:
     from deployc.graph.verify import start_verifier
+    from deployc.targets.backends import BACKENDS
 
+    BACKENDS[unit.backend].activate()  # before the verifier starts: it inherits what this sets up
     # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
     verifier = start_verifier() if unit.verify.run else None
     try:

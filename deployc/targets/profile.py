@@ -136,6 +136,9 @@ def _check(p: Profile, doc: Document) -> list[Diagnostic]:
             out.append(Diagnostic(doc.locate(("units", i, "name")), f"units[{i}].name: unit '{u.name}' is defined twice"))
         names.add(u.name)
         backend = BACKENDS[u.backend]
+        for option, message, hint in backend.check_options(u.options):
+            out.append(Diagnostic(doc.locate(("units", i, "options", option)),
+                                  f"units[{i}].options.{option}: {message}", hint))
         for j, s in enumerate(u.quantization):
             if s not in backend.schemes:
                 out.append(Diagnostic(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,9 @@ from deployc.schema_base import Frozen
 
 class Availability(Frozen):
     usable: bool
-    reason: str = ""
+    reason: str = ""  # why not, when not usable
+    source: str = ""  # where the toolchain comes from, for people (QNN: an SDK or a PyPI wheel)
+    facts: dict[str, str] = {}  # what of it enters the program keys (QNN: its version, the layer's hash)
 
 
 USABLE = Availability(usable=True)
@@ -67,7 +69,7 @@ class BackendBase:
     modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
-    runs_here: Availability = field(default=USABLE)  # can this host's executorch.runtime execute its programs?
+    not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
 
     @property
     def schemes(self) -> frozenset[str]:
@@ -75,6 +77,14 @@ class BackendBase:
 
     def availability(self, env: Mapping[str, str]) -> Availability:
         return modules_available(self.modules)
+
+    def runs_here(self, env: Mapping[str, str]) -> Availability:
+        """Whether this host's ExecuTorch runtime executes its programs (so the build can verify them)."""
+        return Availability(usable=False, reason=self.not_run_here) if self.not_run_here else USABLE
+
+    def check_options(self, options: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+        """Problems with a profile unit's `options`: (option name, message, hint)."""
+        return []
 
     def recipe(self, quant: QuantSpec) -> Recipe | None:
         """The recipe for a manifest's quantization; None when this backend cannot build the scheme."""
@@ -96,6 +106,8 @@ class BackendBase:
         return "no quantization" if recipe.method == "none" else f"{recipe.method} {recipe.scheme}"
 
     # ---- torch side: called in build workers only ----------------------------------------------------
+    def activate(self) -> None:
+        """Prepare this process, and the ones it starts (the verifier), before a program is built."""
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         """The torchao config (method torchao) or PT2E quantizer (method pt2e) for `recipe`."""
         raise BuildError(f"backend {self.name} has no quantizer for scheme {recipe.scheme}")
@@ -107,6 +119,11 @@ class BackendBase:
                 constants: Mapping[str, Any]) -> Any:
         """The lowered EdgeProgramManager (before to_executorch) of a program's methods."""
         return lower_with_partitioners(programs, self.partitioner_objects(recipe, options), constants)
+
+    def executorch_config(self) -> dict[str, Any]:
+        """Arguments for ExecutorchBackendConfig (e.g. how delegate segments are aligned)."""
+        return {}
+
 
 
 def lower_with_partitioners(programs: dict[str, Any], partitioners: list[Any], constants: Mapping[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from deployc.errors import BuildError
 from deployc.quantization import Recipe
-from deployc.targets.backends.base import Availability, BackendBase
+from deployc.targets.backends.base import BackendBase
 
 DEFAULT_CPU = "cortex-m55"
 
@@ -53,4 +53,4 @@ class CortexM(BackendBase):
 BACKEND = CortexM(
     name="cortex_m", methods={"w8a8": "pt2e"}, modules=("executorch.backends.cortex_m", "tosa_serializer"),
     static_shapes_only=True,
-    runs_here=Availability(usable=False, reason="Cortex-M kernels are not registered in this host's runtime"))
+    not_run_here="Cortex-M kernels are not registered in this host's runtime")

@@ -1,45 +1,148 @@
-"""Qualcomm QNN: the Hexagon NPU (HTP). Needs the QNN SDK's host libraries on the build machine;
-nothing here ever downloads one."""
+"""Qualcomm QNN: the Hexagon NPU (HTP) of Snapdragon SoCs, through ExecuTorch's own QNN backend.
+
+Lowering needs QNN's host libraries on the build machine (qnn_host: a QNN SDK, or the PyPI wheel
+onnxruntime-qnn with deployc's compatibility layer); nothing here ever downloads an SDK. The same
+libraries contain an x86 emulator of the HTP, so this host's ExecuTorch runtime runs QNN programs
+and the build verifies them like any other (not at phone speed, and not bit-exact with a phone).
+Static shapes only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from deployc.errors import BuildError
 from deployc.quantization import Recipe
+from deployc.targets.backends import qnn_host
 from deployc.targets.backends.base import USABLE, Availability, BackendBase
 
-HTP_LIBRARY = "lib/x86_64-linux-clang/libQnnHtp.so"
+# PT2E schemes -> ExecuTorch's QuantDtype. Weights are per channel for convolutions and linears;
+# activations use MinMax observers (the default moving average clipped ranges with few samples).
+QUANT_DTYPES = {"w8a8": "use_8a8w", "16a8w": "use_16a8w", "16a4w": "use_16a4w"}
+DEFAULT_SOC = "SM8650"
+CONTEXT_BINARY_MAGIC = bytes.fromhex("cdab7856")  # 0x5678abcd, little-endian: a QNN context binary
+CONTEXT_STAMP_BYTES = 8
 
-_QUANT_CONFIG = {"w8a8": "use_8a8w", "16a8w": "use_16a8w", "16a4w": "use_16a4w"}
+
+def _soc(options: Mapping[str, Any]) -> str:
+    return str(options.get("soc_model", DEFAULT_SOC))
 
 
 @dataclass(frozen=True)
 class Qnn(BackendBase):
     def availability(self, env: Mapping[str, str]) -> Availability:
-        root = env.get("QNN_SDK_ROOT", "")
-        if not root:
-            return Availability(usable=False, reason="Qualcomm QNN SDK not found (QNN_SDK_ROOT is not set)")
-        if not (Path(root) / HTP_LIBRARY).is_file():
-            return Availability(usable=False, reason=f"QNN_SDK_ROOT={root} has no {HTP_LIBRARY}")
+        libs = qnn_host.find(dict(env))
+        if isinstance(libs, str):
+            return Availability(usable=False, reason=libs)
+        return Availability(usable=True, facts=libs.facts(), source=libs.origin)
+
+    def runs_here(self, env: Mapping[str, str]) -> Availability:
+        found = self.availability(env)
+        if not found.usable:
+            return Availability(usable=False, reason=f"no QNN host libraries to run the HTP emulator: {found.reason}")
         return USABLE
 
+    def check_options(self, options: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+        socs = qnn_host.soc_table()
+        soc = _soc(options)
+        if not socs:
+            return []  # the installed executorch does not say; lowering will
+        if soc not in socs:
+            return [("soc_model", f"unknown Qualcomm SoC {soc!r}",
+                     f"SoCs ExecuTorch's QNN backend knows: {', '.join(sorted(socs))}")]
+        arch = options.get("htp_arch")
+        if arch is not None and arch != socs[soc]:
+            return [("htp_arch", f"{soc} has HTP v{socs[soc]}, not v{arch}", f"htp_arch: {socs[soc]} (or leave it out)")]
+        return []
+
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
-        soc = options.get("soc_model", "?")
+        soc = _soc(options)
         if recipe.method == "pt2e":
-            return f"PT2E QnnQuantizer({_QUANT_CONFIG[recipe.scheme]}), calibrated; HTP for {soc}"
+            return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}, per-channel weights, MinMax activation "
+                    f"observers), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
+
+    # ---- torch side -------------------------------------------------------------------------------------
+    def activate(self) -> None:
+        import torch  # noqa: F401  - first: the QNN libraries' own libc++ must not come before torch's
+
+        qnn_host.activate()
+
+    def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
+        self.activate()
+        from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
+        from torchao.quantization.pt2e import MinMaxObserver
+
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(getattr(QuantDtype, QUANT_DTYPES[recipe.scheme]),
+                                           is_conv_per_channel=True, is_linear_per_channel=True,
+                                           act_observer=MinMaxObserver)
+        return quantizer
 
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
                 constants: Mapping[str, Any]) -> Any:
-        raise BuildError("QNN lowering is not implemented in this version of deployc; the planner picks the "
-                         "next unit unless the profile says fallback: error or the model pins the npu unit")
+        self.activate()
+        from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+        from executorch.backends.qualcomm.partition.qnn_partitioner import (
+            QnnPartitioner,
+            generate_qnn_executorch_option,
+        )
+        from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
+        from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
+        from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerContext
+        from executorch.backends.qualcomm.utils.utils import (
+            generate_htp_compiler_spec,
+            generate_qnn_executorch_compiler_spec,
+            qnn_edge_config,
+        )
+        from executorch.exir import to_edge_transform_and_lower
+
+        soc = _soc(options)
+        if soc not in QcomChipset.__members__:
+            raise BuildError(f"unit option soc_model: unknown Qualcomm SoC {soc!r}")
+        specs = generate_qnn_executorch_compiler_spec(
+            soc_model=QcomChipset[soc], backend_options=generate_htp_compiler_spec(use_fp16=recipe.scheme == "fp16"))
+        # What to_edge_transform_and_lower_to_qnn does, from the programs deployc exported (it would
+        # export the model again, strictly).
+        aten, passes = {}, {}
+        for name, ep in programs.items():
+            backend_type = flatbuffer_to_option(generate_qnn_executorch_option(specs)).backend_options.backend_type
+            manager = get_qnn_pass_manager_cls(backend_type)()
+            aten[name] = manager.transform_for_export_pipeline(ep)
+            passes[name] = manager.get_to_edge_transform_passes(ep, compiler_specs=specs)
+        constant_methods = {f"get_{k}": v for k, v in sorted(constants.items())} or None
+        with QnnManagerContext({name: specs for name in programs}):
+            edge = to_edge_transform_and_lower(aten, transform_passes=passes,
+                                               partitioner={name: [QnnPartitioner(specs)] for name in programs},
+                                               constant_methods=constant_methods, compile_config=qnn_edge_config())
+        _unstamp(edge)
+        return edge
+
+    def executorch_config(self) -> dict[str, Any]:
+        from executorch.backends.qualcomm.utils.utils import get_qnn_context_binary_alignment
+
+        return {"segment_alignment": get_qnn_context_binary_alignment()}
+
+
+def _unstamp(edge: Any) -> None:
+    """QNN context binaries carry an 8-byte stamp after their magic that differs on every compile
+    (measured: the same graph compiled twice differs in those bytes only). It is zeroed so that two
+    builds give the same bytes; the HTP emulator loads and runs the result with the same outputs (not
+    checked on a phone)."""
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    for method in edge.methods:
+        for _, child in edge.exported_program(method).graph_module.named_children():
+            if isinstance(child, LoweredBackendModule) and child.backend_id == "QnnBackend":
+                blob = bytearray(child.processed_bytes)
+                at = blob.find(CONTEXT_BINARY_MAGIC, 0, 4096)
+                if at >= 0:
+                    blob[at + 4:at + 4 + CONTEXT_STAMP_BYTES] = bytes(CONTEXT_STAMP_BYTES)
+                    child._processed_bytes = bytes(blob)
 
 
 BACKEND = Qnn(
     name="qnn", methods={"w8a8": "pt2e", "16a8w": "pt2e", "16a4w": "pt2e", "fp16": "none"},
-    partitioners=("QnnPartitioner",), static_shapes_only=True,
-    runs_here=Availability(usable=False, reason="QNN programs run on a Hexagon NPU; this host has none"))
+    partitioners=("QnnPartitioner",), static_shapes_only=True)

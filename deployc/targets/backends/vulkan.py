@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployc.quantization import Recipe
-from deployc.targets.backends.base import Availability, BackendBase
+from deployc.targets.backends.base import BackendBase
 
 
 def _options(recipe: Recipe, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -34,5 +34,4 @@ class Vulkan(BackendBase):
 BACKEND = Vulkan(
     name="vulkan", methods={"fp32": "none", "fp16": "none"}, modules=("executorch.backends.vulkan",),
     partitioners=("VulkanPartitioner",),
-    runs_here=Availability(usable=False, reason="Vulkan programs need a GPU with the Vulkan delegate; this host's "
-                                                "runtime has none"))
+    not_run_here="Vulkan programs need a GPU with the Vulkan delegate; this host's runtime has none")
