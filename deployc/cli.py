@@ -270,6 +270,18 @@ def native_build(build_dir: Annotated[Path, typer.Option("--build-dir", help="CM
     console.result(f"built {runner}")
 
 
+@native_app.command("qnn-env")
+def native_qnn_env() -> None:
+    """Print, as shell exports, what the runner needs to run QNN programs on this host's HTP emulator."""
+    import shlex
+
+    from deployc.targets.backends.qnn_host import environment
+
+    console = Console()
+    for name, value in environment().items():
+        console.result(f"export {name}={shlex.quote(value)}")
+
+
 @targets_app.command("list")
 def targets_list(json_out: JsonOpt = False) -> None:
     """Profiles on the search path: ./targets and its ancestors', DEPLOYC_TARGETS_PATH, then the built-in ones."""

@@ -109,6 +109,9 @@ class Override(Frozen):
     quantization: Quantization | None = None
     unit: Identifier | None = Field(default=None, description="pin the model to this compute unit")
     verify: VerifySpec | None = None
+    dims: dict[Identifier, DimSpec] = Field(
+        default_factory=dict, description="this target's range for some of the model's dims; min = max makes "
+                                          "the dim static (NPUs need static shapes)")
 
 
 class OutputSpec(Frozen):
@@ -309,6 +312,14 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
             if ov.quantization is not None:
                 _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
                              f"models.{name}.overrides.{target}.quantization", err)
+            for dim_name, dim in ov.dims.items():
+                where = (*base, "overrides", target, "dims", dim_name)
+                dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
+                if dim_name not in model.dims:
+                    err(where, f"{dotted}: the model has no dim '{dim_name}'",
+                        closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
+                elif dim.min > dim.max:
+                    err(where, f"{dotted}: min {dim.min} is greater than max {dim.max}")
     return out
 
 

@@ -130,6 +130,7 @@ class Package(Frozen):
     task: str = "other"
     outputs: list[OutputPlan] = []  # declared names and shapes; checked against the built program
     method_outputs: dict[str, list[OutputPlan]] = {}  # the same for further methods
+    requirements: dict[str, str] = {}  # what the device needs beyond the runtime (runtime config)
 
 
 Step = Annotated[Union[LoadModel, Export, Quantize, Lower, Serialize, Verify, CheckBudget, Package],
@@ -224,6 +225,7 @@ class IndexAssetPlan(Frozen):
     tokenizer: str
     tokenizer_sha256: str
     max_tokens: int
+    pad_to: int | None = None  # every chunk padded to this many tokens (a static-length program)
     words: int
     overlap: int
     corpus: list[SourceFile]  # relative to the manifest's folder
@@ -249,6 +251,7 @@ class TargetPlan(Frozen):
     device: dict[str, str]
     units: list[UnitPlan]
     assets: list[AssetPlan] = []
+    pipeline: PipelineConfig | None = None  # the runtime config's pipeline section for this target
     bundle: BundlePlan
 
 
@@ -274,7 +277,6 @@ class BuildPlan(Frozen):
     manifest: ManifestRef
     toolchain: Toolchain
     targets: list[TargetPlan]
-    pipeline: PipelineConfig | None = None
     inputs: list[HashedFile] = []
 
     @property

@@ -106,8 +106,9 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
     if not toolchain.backends[unit.backend].usable:
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
-    if backend.static_shapes_only and r.spec.dims:
-        return None, f"needs static shapes; the model declares dynamic dims {', '.join(sorted(r.spec.dims))}"
+    if backend.static_shapes_only and r.dynamic_dims:
+        return None, (f"needs static shapes; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
+                      f"static for this target: overrides.{r.target}.dims.<dim>: {{min: N, max: N}})")
     return recipe, None
 
 
@@ -177,7 +178,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
     ckpt = spec.source.checkpoint
     if ckpt is not None:
         inputs.add(folder / ckpt.path, "checkpoint", ckpt.sha256)
-    dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in spec.dims.items()]
+    dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in r.dims.items()]
     methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
                for n, meth in spec.methods.items()]
     backend = BACKENDS[unit.backend]
@@ -204,7 +205,8 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
         Package(file=layout.program_file(r.model), task=spec.task, outputs=_outputs(spec.outputs),
-                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs}),
+                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
+                requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),
     ]
     keyed = []
     previous = key_of(toolchain.versions, toolchain.code["compile"])
@@ -222,6 +224,16 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                     warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at)
 
 
+def _token_length(unit: UnitPlan) -> tuple[int, bool]:
+    """(the most tokens the model's first input takes on this unit, whether it takes exactly that many)."""
+    first = unit.export.inputs[0]
+    dims = {d.name: d for d in unit.export.dims}
+    symbolic = [dims[d] for d in first.shape if isinstance(d, str)]
+    if not symbolic:
+        return int(first.shape[-1]), True
+    return min(d.max for d in symbolic), all(d.min == d.max for d in symbolic)
+
+
 def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:
     """The pipeline's tokenizer files and vector indexes for one target."""
     pipeline = project.manifest.pipeline
@@ -233,17 +245,15 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
     out: list[Any] = [TokenizerAssetPlan(name=name, file=layout.tokenizer_file(name),
                                          source=pipeline.tokenizers[name], sha256=sha)
                       for name, sha in sorted(shas.items())]
-    programs = {u.model: u.program_key for u in units}
+    by_model = {u.model: u for u in units}
     for name, ix in sorted(pipeline.indexes.items()):
-        spec = project.manifest.models[ix.model]
-        first = next(iter(spec.inputs.values()))
-        dynamic = [spec.dims[d].max for d in first.shape if isinstance(d, str)]
+        unit = by_model[ix.model]
+        max_tokens, static = _token_length(unit)
         files, _ = corpus_files(ix, folder)
         plan = IndexAssetPlan(
-            name=name, file=layout.index_file(name), model=ix.model, program_key=programs[ix.model],
-            tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer],
-            max_tokens=min(dynamic) if dynamic else int(first.shape[-1]),
-            words=ix.chunking.words, overlap=ix.chunking.overlap,
+            name=name, file=layout.index_file(name), model=ix.model, program_key=unit.program_key,
+            tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
+            pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
             corpus=[SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus"))
                     for f in files])
         out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
@@ -311,7 +321,6 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         seen.setdefault(name, t)
     if problems:
         raise PlanError(problems)
-    pipeline = pipeline_config(m)
     targets = []
     for t, units in by_target.items():
         loaded = project.profiles[t]
@@ -320,12 +329,13 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         p = loaded.profile
         device = p.device.model_dump(exclude_defaults=True)
         assets = _assets(project, units, inputs)
+        pipeline = pipeline_config(m, {u.model: length for u in units for length, static in [_token_length(u)]
+                                       if static})
         targets.append(TargetPlan(target=t, profile=p.name, profile_key=key_of(p.model_dump(mode="json")),
-                                  device=device, units=units, assets=assets,
+                                  device=device, units=units, assets=assets, pipeline=pipeline,
                                   bundle=_bundle(project, t, p.name, device, units, assets, pipeline)))
     return BuildPlan(
         manifest=ManifestRef(name=m.name, version=m.version, file=project.path.name,
                              folder=str(project.folder.resolve()), sha256=manifest_sha,
                              version_at=project.doc.locate(("version",))),
-        toolchain=toolchain, targets=targets, pipeline=pipeline, inputs=sorted(inputs.files.values(),
-                                                                               key=lambda f: (f.role, f.path)))
+        toolchain=toolchain, targets=targets, inputs=sorted(inputs.files.values(), key=lambda f: (f.role, f.path)))

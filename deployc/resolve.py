@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deployc.errors import Location
-from deployc.manifest import ModelSpec, QuantSpec, VerifySpec
+from deployc.manifest import DimSpec, ModelSpec, QuantSpec, VerifySpec
 from deployc.project import Project
 from deployc.quantization import SCHEMES
 from deployc.targets.profile import LoadedProfile
@@ -34,6 +34,11 @@ class ResolvedModel:
     unit: str | None  # pinned compute unit
     unit_at: Location | None
     tolerances: Tolerances
+    dims: dict[str, DimSpec]  # the model's dims with this target's overrides applied
+
+    @property
+    def dynamic_dims(self) -> list[str]:
+        return sorted(n for n, d in self.dims.items() if d.max > d.min)
 
 
 def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
@@ -66,5 +71,6 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 quantization=quant, quantization_at=doc.locate(q_path),
                 quantization_field=".".join(str(p) for p in q_path),
                 unit=unit, unit_at=unit_at,
-                tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None)))
+                tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
+                dims={**spec.dims, **(ov.dims if ov else {})}))
     return out

@@ -29,7 +29,8 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
     table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
     skipped: list[str] = []
     for u in build_plan.units():
-        dims = ", ".join(f"{d.name}={d.min}..{d.max}" for d in u.export.dims) or "static"
+        dims = ", ".join(f"{d.name}={d.min}" if d.min == d.max else f"{d.name}={d.min}..{d.max}"
+                         for d in u.export.dims) or "static"
         table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
                       u.quantization, dims, status[u.program_key], u.program_key[:12])
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
@@ -125,8 +126,11 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                               ", ".join(m["delegates"]) or "-", vtext)
         console.table(table)
         for p in info["programs"]:
+            if p.get("requirements"):
+                console.result(f"  {p['name']} needs on the device: "
+                               + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
             for m in p["methods"]:
-                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators'])}")
+                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators']) or '- (all delegated)'}")
     console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
     for problem in info["problems"]:
         console.result(f"  {problem}")

@@ -116,3 +116,20 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.code == 0, result.err[-3000:]
     assert {u["status"] for u in report["units"]} == {"built"}
     return folder / "dist" / "rag-offline" / "1.0.0"
+
+
+@pytest.fixture(scope="session")
+def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The QNN suite (tests/build_suite.py), built once: needs QNN's host libraries, which `make test` installs."""
+    from build_suite import QNN_SUITE
+    from deployc.targets.backends import qnn_host
+
+    found = qnn_host.find(os.environ)
+    if isinstance(found, str):
+        pytest.fail(f"QNN host libraries missing ({found}); `make test` installs them")
+    folder = tmp_path_factory.mktemp("npu")
+    manifest = make_project(folder / "project", QNN_SUITE, "npu.yaml")
+    out, cache = folder / "dist", folder / "cache"
+    result, report = build_json(manifest, out, cache, "--jobs", "2")
+    assert result.code == 0, result.err[-3000:]
+    return Built(folder / "project", manifest, out, cache, report, result)

@@ -132,3 +132,25 @@ def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
     with pytest.raises(BuildError, match="cmake and c\\+\\+ not found; install them, e.g. `apt-get install cmake g\\+\\+"):
         build_runner(tmp_path / "build", lambda _: None)
+
+
+def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu: Built, tmp_path: Path) -> None:
+    import os
+
+    from deployc.targets.backends.qnn_host import ENV_LIBRARIES, environment
+
+    bundle = npu.out / "npu" / "1.0.0" / "snapdragon"
+    x = np.random.default_rng(5).uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    bare = {k: v for k, v in os.environ.items() if k not in (ENV_LIBRARIES, "LD_LIBRARY_PATH", "QNN_SDK_ROOT")}
+    args = [str(runner), str(bundle), "--program", "conv_16a8w", "--input", str(tmp_path / "x.npy"), "--output-dir",
+            str(tmp_path)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=bare)
+    assert proc.returncode == 2
+    assert ("error: program conv_16a8w runs on the Snapdragon NPU (QNN): this host needs QNN's host libraries"
+            in proc.stderr)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**bare, **environment()})
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    native = np.load(tmp_path / "output_0.npy")
+    expected = _python_bundle(bundle).call("conv_16a8w", [x])[0]
+    assert np.array_equal(native, expected)  # the same emulator, the same bytes

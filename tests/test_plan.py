@@ -29,6 +29,8 @@ CODE = {"compile": "c0" * 32, "package": "9a" * 32, **{n: f"{i:02d}" * 32 for i,
 
 def toolchain(qnn: bool = False, code: dict[str, str] | None = None, **versions: str) -> Toolchain:
     backends = {n: Availability(usable=True) for n in BACKENDS}
+    backends["qnn"] = Availability(usable=True, source="onnxruntime-qnn 2.7.0 (PyPI)", facts={
+        "qnn": "2.51.0", "libraries": "onnxruntime-qnn 2.7.0 (PyPI)", "compat_layer": "ab" * 32})
     runs = {n: b.runs_here({}) for n, b in BACKENDS.items() if n != "qnn"}
     runs["qnn"] = Availability(usable=True)
     if not qnn:
@@ -90,7 +92,11 @@ def test_mcu_pin(project: Path) -> None:
         make_plan(load_project(write_manifest(project, body, quant="w8a8", dims=True)), toolchain())
     assert info.value.diagnostics[0].message == (
         "models.clf.overrides.arduino_q.unit: unit 'mcu' (cortex_m) cannot build this model: needs static shapes; "
-        "the model declares dynamic dims batch")
+        "the model declares dynamic dims batch (make them static for this target: "
+        "overrides.arduino_q.dims.<dim>: {min: N, max: N})")
+    # ... which the override can do: the same model, static on the MCU only.
+    static = body.replace("{unit: mcu}", "{unit: mcu, dims: {batch: {min: 1, max: 1}}}")
+    assert units_of(write_manifest(project, static, quant="w8a8", dims=True))["arduino_q"] == ("mcu", "cortex_m", [])
     with pytest.raises(PlanError) as info:
         make_plan(load_project(write_manifest(project, body, quant="8da8w", dims=False)), toolchain())
     d = info.value.diagnostics[0]
@@ -228,7 +234,7 @@ def _portable(text: str) -> str:
 
 @pytest.mark.parametrize("manifest", sorted((REPO / "manifests").glob("*.yaml")), ids=lambda p: p.stem)
 def test_golden_plans(manifest: Path) -> None:
-    plan = make_plan(load_project(manifest, env={}), toolchain()).model_dump(mode="json")
+    plan = make_plan(load_project(manifest, env={}), toolchain(qnn=True)).model_dump(mode="json")
     golden = GOLDEN / f"{manifest.stem}.plan.json"
     text = _portable(json.dumps(plan, indent=2, sort_keys=True) + "\n")
     if os.environ.get("DEPLOYC_UPDATE_GOLDEN"):

@@ -49,21 +49,41 @@ def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -
     index = json.loads((rag / "arduino_q" / "assets" / "indexes" / "docs.json").read_text())
     assert index["dim"] == 384 and index["count"] == len(index["chunks"]) >= 42
     assert (rag / "arduino_q" / "assets" / "indexes" / "docs.f32").stat().st_size == index["count"] * 384 * 4
-    # One embedder program for both phones: identical index bytes.
-    assert (rag / "arduino_q" / "assets/indexes/docs.f32").read_bytes() == \
-        (rag / "snapdragon" / "assets/indexes/docs.f32").read_bytes()
+    # Each index is embedded by its own target's program: the NPU's on snapdragon, padded to 128 tokens.
+    npu = json.loads((rag / "snapdragon" / "runtime.json").read_text())
+    embedder = next(p for p in npu["programs"] if p["name"] == "embedder")
+    assert (embedder["unit"], embedder["backend"], embedder["quantization"]) == ("npu", "qnn", "fp16")
+    assert [d["value"] for d in embedder["methods"][0]["inputs"][0]["shape"]] == [1, 128]
+    tokenize = next(s for s in npu["pipeline"]["stages"] if s["name"] == "query_tokens")
+    assert json.loads(tokenize["params_json"])["pad_to"] == 128
+    arduino = json.loads((rag / "arduino_q" / "runtime.json").read_text())
+    assert "pad_to" not in json.loads(next(s for s in arduino["pipeline"]["stages"]
+                                           if s["name"] == "query_tokens")["params_json"])
+    npu_index = json.loads((rag / "snapdragon" / "assets" / "indexes" / "docs.json").read_text())
+    assert npu_index["chunks"] == index["chunks"] and npu_index["count"] == index["count"]
 
 
-def test_retrieval_finds_the_right_document(rag: Path) -> None:
-    bundle = _bundle(rag)
+@pytest.mark.parametrize("target", ["arduino_q", "snapdragon"])
+def test_retrieval_finds_the_right_document(rag: Path, target: str) -> None:
+    """On snapdragon the query embedding runs on the NPU program, through QNN's x86 HTP emulator."""
+    bundle = _bundle(rag, target)
+    config = json.loads((rag / target / "runtime.json").read_text())
+    params = json.loads(next(s for s in config["pipeline"]["stages"] if s["name"] == "query_tokens")["params_json"])
     hits = 0
     for question, source in QUESTIONS.items():
-        tokens = bundle.stage({"op": "tokenize"}, {"input": question},
-                              {"tokenizer": "assets/tokenizers/wordpiece.json", "max_length": 128})
+        tokens = bundle.stage({"op": "tokenize"}, {"input": question}, params)
         emb = bundle.call("embedder", [tokens["input_ids"], tokens["attention_mask"]])[0]
         found = bundle.search({"index": "assets/indexes/docs.json", "top_k": 3}, emb)
         hits += source in [c["source"] for c in found["chunks"]]
     assert hits == len(QUESTIONS)
+
+
+def test_npu_and_cpu_embeddings_agree(rag: Path) -> None:
+    """The same passages, embedded by the NPU program (fp16, padded) and the CPU one (8da8w): close."""
+    npu = np.fromfile(rag / "snapdragon" / "assets" / "indexes" / "docs.f32", dtype="<f4").reshape(-1, 384)
+    cpu = np.fromfile(rag / "arduino_q" / "assets" / "indexes" / "docs.f32", dtype="<f4").reshape(-1, 384)
+    cosine = np.sum(npu * cpu, axis=1) / (np.linalg.norm(npu, axis=1) * np.linalg.norm(cpu, axis=1))
+    assert cosine.min() > 0.99
 
 
 def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:

@@ -7,6 +7,7 @@ runtime, in a child process, so that on-device query embeddings and indexed vect
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from deployc.packaging.corpus import chunk_corpus
 from deployc.pipeline.files import tokenizer_file
 from deployc.plan import BuildPlan, IndexAssetPlan, TargetPlan, TokenizerAssetPlan
 from deployc.results import UnitResult
+from deployc.targets.backends import BACKENDS
 
 INDEX_SCHEMA_VERSION = 1
 
@@ -65,9 +67,10 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         staging = store.tmp_dir()
         try:
             (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
+            env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
             proc = subprocess.run([sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program),
-                                   str(tokenizer), str(a.max_tokens), str(staging / "texts.json"),
-                                   str(staging / "vectors.npy")], capture_output=True, text=True)
+                                   str(tokenizer), str(a.max_tokens), str(a.pad_to or 0), str(staging / "texts.json"),
+                                   str(staging / "vectors.npy")], capture_output=True, text=True, env=env)
             cache.log_dir.mkdir(parents=True, exist_ok=True)
             (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(proc.stdout + proc.stderr)
             if proc.returncode != 0:

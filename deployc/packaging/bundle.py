@@ -40,8 +40,9 @@ def _dump(data: Any) -> str:
 def _dim(entry: int | str | SizeRange, dims: dict[str, dict[str, int]]) -> dict[str, Any]:
     if isinstance(entry, int):
         return {"value": entry, "min": entry, "max": entry}
-    if isinstance(entry, str):
-        return {"value": -1, "symbol": entry, **dims[entry]}
+    if isinstance(entry, str):  # a manifest dim: fixed when this target's range is one size (e.g. an NPU's)
+        d = dims[entry]
+        return {"value": d["min"] if d["min"] == d["max"] else -1, "symbol": entry, **d}
     return {"value": -1, "min": entry.min, "max": entry.max}  # an output size that varies
 
 
@@ -74,11 +75,12 @@ def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
         methods.append({"name": name, "inputs": _tensors(inputs, dims), "outputs": _tensors(outputs, dims),
                         "planned_memory_bytes": m.planned_memory_bytes, "operators": m.operators,
                         "delegates": m.delegates})
+    requirements = [{"name": k, "value": v} for k, v in sorted(package.requirements.items())]
     return {
         "name": r.unit.model, "file": file, "sha256": sha256, "size_bytes": facts.size_bytes,
         "unit": r.unit.unit, "backend": r.unit.backend, "quantization": r.unit.quantization,
         "threads": r.unit.threads or 0, "warmup": r.unit.warmup, "methods": methods,
-        "verification": _verification(verification),
+        "verification": _verification(verification), **({"requirements": requirements} if requirements else {}),
     }
 
 
@@ -137,7 +139,7 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
             shutil.copyfile(a.source, dest)
             asset_entries.append({"name": a.name, "file": a.file, "sha256": file_sha256(dest), "kind": a.kind})
         device = {k: v for k, v in target.device.items() if k in ("name", "soc", "os", "abi")}
-        pipeline = _pipeline(plan.pipeline) if plan.pipeline else None
+        pipeline = _pipeline(target.pipeline) if target.pipeline else None
         config = normalize({
             "schema_version": runtime_config.SCHEMA_VERSION, "deployc_version": deployc.__version__,
             "bundle": {"name": m.name, "version": m.version, "target": target.target, "profile": target.profile},

@@ -36,8 +36,10 @@ class PipelineConfig(Frozen):
     stages: list[StageConfig]
 
 
-def _params(stage: Any, m: Manifest) -> dict[str, Any]:
+def _params(stage: Any, m: Manifest, pad_to: int | None) -> dict[str, Any]:
     params = stage.model_dump(mode="json", exclude=_WIRING)
+    if pad_to:
+        params["pad_to"] = pad_to
     if isinstance(stage, (TokenizeStage, GenerateStage)):
         params["tokenizer"] = tokenizer_file(stage.tokenizer)
     if isinstance(stage, VectorSearchStage):
@@ -48,7 +50,19 @@ def _params(stage: Any, m: Manifest) -> dict[str, Any]:
     return params
 
 
-def pipeline_config(m: Manifest) -> PipelineConfig | None:
+def _pad_to(stage: Any, p: Any, static_lengths: dict[str, int]) -> int | None:
+    """A tokenize stage feeding a model whose program takes a static number of tokens pads to it."""
+    if not isinstance(stage, TokenizeStage):
+        return None
+    for consumer in p.stages:
+        if isinstance(consumer, ModelStage) and consumer.model in static_lengths and any(
+                ref.split(".")[0] == stage.name for ref in consumer.inputs.values()):
+            return static_lengths[consumer.model]
+    return None
+
+
+def pipeline_config(m: Manifest, static_lengths: dict[str, int] | None = None) -> PipelineConfig | None:
+    """`static_lengths`: model -> the token count its program on this target takes exactly."""
     p = m.pipeline
     if p is None:
         return None
@@ -60,5 +74,5 @@ def pipeline_config(m: Manifest) -> PipelineConfig | None:
             method=s.method if isinstance(s, ModelStage) else ("forward" if isinstance(s, GenerateStage) else ""),
             inputs=[f"{field.split('.')[-1]}={ref}" for field, ref in references(s).items()],
             outputs=list(stage_outputs(s, m)),
-            params=_params(s, m)))
+            params=_params(s, m, _pad_to(s, p, static_lengths or {}))))
     return PipelineConfig(inputs=list(p.inputs), outputs=[f"{k}={v}" for k, v in p.outputs.items()], stages=stages)

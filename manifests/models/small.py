@@ -44,6 +44,30 @@ class TextEncoder(nn.Module):
         return self.out(self.block(self.embed(tokens)).mean(dim=1))
 
 
+class AttentionBlock(nn.Module):
+    """A transformer encoder block written out by hand (projections, softmax attention, layer norms, an
+    MLP) over float token features [1, tokens, dim]: the attention pattern of an NPU-friendly encoder."""
+
+    def __init__(self, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        attn = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.norm2(x))
+
+
+def attention_block(dim: int = 64, heads: int = 4) -> nn.Module:
+    return AttentionBlock(dim, heads)
+
+
 def mlp(features: int = 64, hidden: int = 256, classes: int = 16) -> nn.Module:
     return MLP(features, hidden, classes)
 

@@ -4,7 +4,10 @@
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -50,6 +53,35 @@ std::string dtype_name(ScalarType t) {
     default: return "unsupported";
   }
 }
+// A QNN program needs QNN's host libraries (on an x86 host they hold the HTP emulator). The delegate
+// opens "libQnnHtp.so" by name: either from LD_LIBRARY_PATH (a QNN SDK's lib/x86_64-linux-clang),
+// or, loaded here first by path, the libraries DEPLOYC_QNN_LIBRARIES names (`deployc native qnn-env`
+// prints it; with the PyPI libraries it names deployc's compatibility layer).
+Failure prepare_backend(const ProgramSpec& p) {
+  if (p.backend != "qnn") return {};
+  static bool ready = false;
+  if (ready) return {};
+  const char* listed = std::getenv("DEPLOYC_QNN_LIBRARIES");
+  if (listed && *listed) {
+    std::stringstream paths(listed);
+    std::string path;
+    while (std::getline(paths, path, ':')) {
+      if (path.empty()) continue;
+      // RTLD_LOCAL: the libraries bring their own libc++.
+      if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        return fail(2, "program " + p.name + " runs on the Snapdragon NPU (QNN): cannot load " + path +
+                           " from DEPLOYC_QNN_LIBRARIES: " + dlerror());
+      }
+    }
+  } else if (!dlopen("libQnnHtp.so", RTLD_NOW | RTLD_LOCAL)) {
+    return fail(2, "program " + p.name + " runs on the Snapdragon NPU (QNN): this host needs QNN's host libraries "
+                   "(libQnnHtp.so, libQnnSystem.so) to run it through the HTP emulator; set DEPLOYC_QNN_LIBRARIES "
+                   "(`deployc native qnn-env` prints it) or put a QNN SDK's lib/x86_64-linux-clang on "
+                   "LD_LIBRARY_PATH");
+  }
+  ready = true;
+  return {};
+}
 }  // namespace
 
 std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
@@ -90,6 +122,10 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
   double start = now_ms();
   auto& slot = loaded_[program];
   if (!slot) {
+    if (Failure f = prepare_backend(*p)) {
+      loaded_.erase(program);
+      return f;
+    }
     slot = std::make_unique<Loaded>();
     slot->module = std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap);
   }

@@ -105,6 +105,15 @@ class BackendBase:
         """What `quantizer` builds, in words, for `deployc plan`."""
         return "no quantization" if recipe.method == "none" else f"{recipe.method} {recipe.scheme}"
 
+    def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
+        """What a device needs for this backend's programs beyond the ExecuTorch runtime (for the runtime
+        config): an SoC, a driver version, libraries to ship. `toolchain`: the backend's availability facts."""
+        return {}
+
+    def child_env(self) -> dict[str, str]:
+        """Environment a process needs to run this backend's programs on this host (none for most)."""
+        return {}
+
     # ---- torch side: called in build workers only ----------------------------------------------------
     def activate(self) -> None:
         """Prepare this process, and the ones it starts (the verifier), before a program is built."""

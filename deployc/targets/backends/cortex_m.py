@@ -20,6 +20,9 @@ class CortexM(BackendBase):
         return (f"PT2E CortexMQuantizer (static int8), calibrated; Cortex-M pass manager for "
                 f"{options.get('cpu', DEFAULT_CPU)}")
 
+    def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
+        return {"cpu": str(options.get("cpu", DEFAULT_CPU)), "kernels": "cortex_m (CMSIS-NN)"}
+
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 

@@ -64,6 +64,20 @@ class Qnn(BackendBase):
                     f"observers), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
 
+    def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
+        soc = _soc(options)
+        arch = options.get("htp_arch") or qnn_host.soc_table().get(soc)
+        out = {"soc_model": soc, "qnn_runtime_min": toolchain.get("qnn", "unknown")}
+        if arch:
+            out["htp_arch"] = str(arch)
+            # From the QNN SDK for Android (aarch64-android and hexagon-v<arch>/unsigned); not ours to ship.
+            out["qnn_libraries"] = (f"libQnnHtp.so libQnnSystem.so libQnnHtpV{arch}Stub.so "
+                                    f"libQnnHtpV{arch}Skel.so")
+        return out
+
+    def child_env(self) -> dict[str, str]:
+        return qnn_host.environment()
+
     # ---- torch side -------------------------------------------------------------------------------------
     def activate(self) -> None:
         import torch  # noqa: F401  - first: the QNN libraries' own libc++ must not come before torch's

@@ -127,7 +127,7 @@ def ensure_layer(libs: QnnLibraries) -> Path:
     assert libs.layer is not None
     from filelock import FileLock
 
-    key = key_of(libs.layer, str(libs.htp), libs.htp.stat().st_size)[:16]
+    key = key_of(libs.layer, libs.version, str(libs.htp), libs.htp.stat().st_size)[:16]
     home = layer_home()
     root = home / key
     if _is_layer_dir(root):
@@ -155,10 +155,10 @@ def ensure_layer(libs: QnnLibraries) -> Path:
     return root
 
 
-def activate(env: dict[str, str] | os._Environ[str] | None = None) -> QnnLibraries:
-    """Make this process (and the processes it starts) use the QNN host libraries."""
-    env = os.environ if env is None else env
-    libs = find(env)
+def environment(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    """What a process needs in its environment to use the QNN host libraries (building the
+    compatibility layer first if it is needed and not built yet). Loads nothing."""
+    libs = find(os.environ if env is None else env)
     if isinstance(libs, str):
         raise BuildError(f"QNN: {libs}")
     if libs.layer is None:
@@ -166,10 +166,14 @@ def activate(env: dict[str, str] | os._Environ[str] | None = None) -> QnnLibrari
     else:
         root = ensure_layer(libs)
         htp = root / HOST_LIB_DIR / "libQnnHtp.so"
-    os.environ["QNN_SDK_ROOT"] = str(root)  # ExecuTorch reads the build id here and downloads nothing
-    os.environ[ENV_LIBRARIES] = f"{htp}:{libs.system}"
+    # QNN_SDK_ROOT: ExecuTorch reads the libraries' build id there and never downloads an SDK.
+    return {"QNN_SDK_ROOT": str(root), ENV_LIBRARIES: f"{htp}:{libs.system}"}
+
+
+def activate() -> None:
+    """Make this process (and the processes it starts) use the QNN host libraries."""
+    os.environ.update(environment())
     activate_from_env()
-    return libs
 
 
 def activate_from_env() -> bool:

@@ -1,0 +1,162 @@
+"""The Snapdragon NPU (QNN) on this x86 host: the PyPI path (onnxruntime-qnn + deployc's compatibility
+layer), every scheme lowered and verified through the HTP emulator for a conv net and an attention
+block, build-time fallback, the runtime config's requirements, and refusals. The README's test command
+installs the libraries (`deployc[qnn]`'s pin is in the test extra)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from build_suite import QNN_SCHEMES, QNN_SUITE
+from conftest import Built, build_json, make_project
+from deployc.errors import BuildError, ProfileError
+from deployc.targets.backends import qnn_host
+
+pytestmark = pytest.mark.slow
+
+SCHEMES = QNN_SCHEMES
+
+
+def _unit(npu: Built, model: str) -> dict:
+    return next(u for u in npu.report["units"] if u["model"] == model)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("model", ["conv", "attention"])
+def test_every_scheme_is_lowered_whole_and_verified_on_the_emulator(npu: Built, model: str, scheme: str) -> None:
+    u = _unit(npu, f"{model}_{scheme}")
+    assert (u["unit"], u["backend"], u["quantization"], u["status"]) == ("npu", "qnn", scheme, "built")
+    assert u["delegates"] == {"QnnBackend": 1} and u["delegated_share"] == 1.0 and u["non_delegated_ops"] == []
+    v = u["verification"]
+    assert v["status"] == "passed", v
+    # Against eager fp32 through the x86 HTP emulator: fp16 is close, 16-bit activations closer than 8-bit.
+    floor = {"fp16": 40.0, "16a8w": 25.0, "w8a8": 20.0, "16a4w": 12.0}[scheme]
+    assert v["metrics"]["min_sqnr_db"] > floor and v["metrics"]["min_cosine"] > 0.98
+
+
+def test_the_runtime_config_says_what_the_phone_needs(npu: Built) -> None:
+    config = json.loads((npu.out / "npu" / "1.0.0" / "snapdragon" / "runtime.json").read_text())
+    program = next(p for p in config["programs"] if p["name"] == "conv_16a8w")
+    assert program["backend"] == "qnn" and program["methods"][0]["delegates"] == ["QnnBackend"]
+    assert {r["name"]: r["value"] for r in program["requirements"]} == {
+        "soc_model": "SM8650", "htp_arch": "75", "qnn_runtime_min": "2.51.0",
+        "qnn_libraries": "libQnnHtp.so libQnnSystem.so libQnnHtpV75Stub.so libQnnHtpV75Skel.so"}
+    cpu = next(p for p in config["programs"] if p["name"] == "torch_layer")
+    assert "requirements" not in cpu
+
+
+def test_a_unit_whose_backend_cannot_lower_falls_back_to_the_next(npu: Built) -> None:
+    u = _unit(npu, "torch_layer")
+    assert (u["unit"], u["backend"], u["status"]) == ("gpu", "vulkan", "built")
+    (fell,) = u["fell_back_from"]
+    assert (fell["unit"], fell["backend"], fell["step"]) == ("npu", "qnn", "lower")
+    assert fell["error"].startswith("lowering for qnn failed:")
+    assert "Failed to generate Qnn context binary" in fell["error"]
+
+
+def test_fallback_error_fails_the_unit_instead(tmp_path: Path) -> None:
+    manifest = make_project(tmp_path / "project", QNN_SUITE.split("  conv_fp16:")[0] + """\
+  torch_layer:
+    source: {factory: "models.testnets:torch_encoder"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: fp16
+""", "strict.yaml")
+    profile = tmp_path / "project" / "targets" / "snapdragon.yaml"
+    profile.write_text(profile.read_text().replace("fallback: next", "fallback: error"))
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    assert result.code == 1 and "Traceback" not in result.err
+    (u,) = report["units"]
+    assert (u["unit"], u["status"], u["failure"]["step"], u["fell_back_from"]) == ("npu", "failed", "lower", [])
+
+
+def test_plan_names_the_qnn_toolchain_or_why_there_is_none(project: Path, cli, monkeypatch) -> None:
+    (project / "m.yaml").write_text(QNN_SUITE.split("  attention_fp16:")[0])
+    r = cli("plan", "m.yaml")
+    assert r.code == 0, r.err
+    assert "toolchain qnn: onnxruntime-qnn 2.7.0 (PyPI) (qnn 2.51.0, compat_layer " in r.out
+    assert "conv_fp16 │ snapdragon │ npu" in r.out
+    monkeypatch.setattr(qnn_host, "find", lambda env: "no QNN host libraries: pip install 'deployc[qnn]'")
+    r = cli("plan", "m.yaml")
+    assert r.code == 0, r.err
+    assert "toolchain qnn: not usable here: no QNN host libraries: pip install 'deployc[qnn]'" in r.out
+    assert ("conv_fp16 on snapdragon: skipped npu (qnn): toolchain not usable here: no QNN host libraries" in r.out)
+
+
+def test_an_unknown_soc_or_a_wrong_htp_arch_is_a_located_profile_error(project: Path) -> None:
+    from deployc.targets.profile import load_profile, search_path
+
+    profile = project / "targets" / "phone.yaml"
+    text = (project / "targets" / "snapdragon.yaml").read_text().replace("name: snapdragon", "name: phone")
+    profile.write_text(text.replace("soc_model: SM8650, htp_arch: 75", "soc_model: SM9999, htp_arch: 75"))
+    with pytest.raises(ProfileError) as info:
+        load_profile("phone", project, search_path(project, {}))
+    d = info.value.diagnostics[0]
+    assert d.message == "units[0].options.soc_model: unknown Qualcomm SoC 'SM9999'" and "SM8650" in (d.hint or "")
+    assert d.location.path == str(profile.resolve()) and d.location.line > 1
+    profile.write_text(text.replace("htp_arch: 75", "htp_arch: 73"))
+    with pytest.raises(ProfileError) as info:
+        load_profile("phone", project, search_path(project, {}))
+    assert info.value.diagnostics[0].message == "units[0].options.htp_arch: SM8650 has HTP v75, not v73"
+
+
+def test_a_release_of_the_wheel_the_layer_was_not_made_for_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(qnn_host, "LAYERED_RELEASES", {"9.9.9": "2.99.0"})
+    reason = qnn_host.find({})
+    assert isinstance(reason, str)
+    assert reason.startswith("onnxruntime-qnn 2.7.0 ships QNN libraries deployc's compatibility layer was not made "
+                             "for (onnxruntime-qnn==9.9.9 (QNN 2.99.0)); install that release: pip install 'deployc[qnn]'")
+    with pytest.raises(BuildError, match="QNN: onnxruntime-qnn 2.7.0 ships QNN libraries"):
+        qnn_host.environment({})
+
+
+def test_the_layer_itself_refuses_a_library_of_another_version(tmp_path: Path, monkeypatch) -> None:
+    """Built for QNN 2.99, in front of the 2.51 library: it must refuse, not hand out a table."""
+    libs = qnn_host.find({})
+    assert not isinstance(libs, str)
+    monkeypatch.setenv("DEPLOYC_CACHE_DIR", str(tmp_path / "cache"))
+    wrong = libs.__class__(libs.source, libs.origin, libs.lib_dir, "2.99.0", libs.layer)
+    root = qnn_host.ensure_layer(wrong)
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]);"
+            "f = lib.QnnInterface_getProviders; f.restype = ctypes.c_uint64;"
+            "p = ctypes.c_void_p(); n = ctypes.c_uint32(0);"
+            "print(f(ctypes.byref(p), ctypes.byref(n)), n.value)")
+    proc = subprocess.run([sys.executable, "-c", code, str(root / qnn_host.HOST_LIB_DIR / "libQnnHtp.so")],
+                          capture_output=True, text=True, timeout=120)
+    # The QNN library prints a note of its own on stdout: the answer is the last line.
+    assert proc.stdout.splitlines()[-1].split() == ["1008", "0"], proc.stderr  # QNN_COMMON_ERROR_INCOMPATIBLE_BINARIES
+    assert "deployc QNN compatibility layer: the library's build id is v2.51.0" in proc.stderr
+    assert "it was made for QNN v2.99. libraries" in proc.stderr and "refusing" in proc.stderr
+    right = qnn_host.ensure_layer(libs)
+    proc = subprocess.run([sys.executable, "-c", code, str(right / qnn_host.HOST_LIB_DIR / "libQnnHtp.so")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines()[-1].split() == ["0", "1"], proc.stderr
+
+
+def test_an_sdk_is_used_as_it_is(tmp_path: Path) -> None:
+    sdk = tmp_path / "qairt" / "2.37.0.250724"
+    (sdk / "lib" / "x86_64-linux-clang").mkdir(parents=True)
+    assert isinstance(qnn_host.find({"QNN_SDK_ROOT": str(sdk)}), qnn_host.QnnLibraries)  # the wheel, then
+    (sdk / "lib" / "x86_64-linux-clang" / "libQnnHtp.so").write_bytes(b"")
+    libs = qnn_host.find({"QNN_SDK_ROOT": str(sdk)})
+    assert isinstance(libs, qnn_host.QnnLibraries)
+    assert (libs.source, libs.version, libs.layer) == ("sdk", "2.37.0", None)
+    assert libs.facts() == {"qnn": "2.37.0", "libraries": "QNN SDK"}
+    assert qnn_host.environment({"QNN_SDK_ROOT": str(sdk)})["QNN_SDK_ROOT"] == str(sdk)
+
+
+def test_a_dynamic_model_pinned_to_the_npu_is_a_located_error(project: Path, cli) -> None:
+    (project / "m.yaml").write_text(
+        "apiVersion: deployc/v1\nname: d\nversion: 1.0.0\ntargets: [snapdragon]\nmodels:\n"
+        "  m:\n    source: {factory: 'models.small:mlp'}\n    inputs: {x: {shape: [batch, 64]}}\n"
+        "    dims: {batch: {min: 1, max: 8}}\n    quantization: fp16\n"
+        "    overrides:\n      snapdragon: {unit: npu}\n")
+    r = cli("plan", "m.yaml")
+    assert r.code == 2
+    assert r.err.startswith("m.yaml:12:26: error: models.m.overrides.snapdragon.unit: unit 'npu' (qnn) cannot build "
+                            "this model: needs static shapes; the model declares dynamic dims batch")
