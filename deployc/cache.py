@@ -24,12 +24,10 @@ from typing import Literal
 
 from filelock import FileLock
 
-from deployc.cache_paths import cache_spec, is_url, local_root, mirror_dir
+from deployc.cache_paths import is_url, mirror_dir
 from deployc.fingerprint import file_sha256
 from deployc.plan import BuildPlan
 from deployc.shared_store import ENTRY_FILE, CorruptEntry, SharedStore
-
-__all__ = ["Cache", "Entry", "cache_spec", "local_root", "open_cache", "plan_status"]
 
 ENTRY_SCHEMA_VERSION = 1
 

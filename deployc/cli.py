@@ -72,7 +72,8 @@ def plan(
     json_out: JsonOpt = False,
 ) -> None:
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
-    from deployc.cache import cache_spec, open_cache, plan_status
+    from deployc.cache import open_cache, plan_status
+    from deployc.cache_paths import cache_spec
     from deployc.plan import plan_json, save_plan
     from deployc.planner import make_plan
     from deployc.project import load_project
@@ -118,7 +119,8 @@ def build_cmd(
 ) -> None:
     """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
     from deployc.apply import apply, check_inputs
-    from deployc.cache import cache_spec, open_cache
+    from deployc.cache import open_cache
+    from deployc.cache_paths import cache_spec
     from deployc.errors import BuildError
     from deployc.executors import make_executor
     from deployc.plan import load_plan

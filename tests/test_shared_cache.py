@@ -11,7 +11,8 @@ import pytest
 
 from build_suite import TINY
 from conftest import make_project, run_subprocess
-from deployc.cache import Cache, cache_spec, open_cache
+from deployc.cache import Cache, open_cache
+from deployc.cache_paths import cache_spec
 from deployc.reproducibility import compare_trees
 from deployc.shared_store import SharedStore
 

@@ -120,9 +120,9 @@ class Qnn(BackendBase):
             soc_model=QcomChipset[soc], backend_options=generate_htp_compiler_spec(use_fp16=recipe.scheme == "fp16"))
         # What to_edge_transform_and_lower_to_qnn does, from the programs deployc exported (it would
         # export the model again, strictly).
+        backend_type = flatbuffer_to_option(generate_qnn_executorch_option(specs)).backend_options.backend_type
         aten, passes = {}, {}
         for name, ep in programs.items():
-            backend_type = flatbuffer_to_option(generate_qnn_executorch_option(specs)).backend_options.backend_type
             manager = get_qnn_pass_manager_cls(backend_type)()
             aten[name] = manager.transform_for_export_pipeline(ep)
             passes[name] = manager.get_to_edge_transform_passes(ep, compiler_specs=specs)
