@@ -86,8 +86,9 @@ models:
 """
 
 
-# The Snapdragon NPU: a conv net and an attention block in every QNN scheme, and a layer the NPU cannot
-# lower in fp16 (it falls back to the next unit). Built once per session (conftest.py `npu`).
+# The Snapdragon NPU: a conv net and an attention block in every QNN scheme, calibrated with the
+# defaults (8 generated samples, MinMax observers), and a layer the NPU cannot lower in fp16 (it falls
+# back to the next unit). Built once per session (conftest.py `npu`).
 QNN_SCHEMES = ["fp16", "w8a8", "16a8w", "16a4w"]
 
 QNN_SUITE = """\
@@ -101,14 +102,14 @@ models:
     source: {{factory: "models.small:convnet"}}
     inputs:
       image: {{shape: [1, 3, 32, 32], range: [0.0, 1.0]}}
-    quantization: {{scheme: {s}{", calibration: {samples: 16}" if s != "fp16" else ""}}}
+    quantization: {s}
   attention_{s}:
     source: {{factory: "models.small:attention_block"}}
     inputs:
       x: {{shape: [1, 32, 64], range: [-1.0, 1.0]}}
     outputs:
       y: {{shape: [1, 32, 64]}}
-    quantization: {{scheme: {s}{", calibration: {samples: 16}" if s != "fp16" else ""}}}
+    quantization: {s}
 """ for s in QNN_SCHEMES) + """\
   torch_layer:
     source: {factory: "models.testnets:torch_encoder"}

@@ -151,6 +151,7 @@ def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu:
             in proc.stderr)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**bare, **environment()})
     assert proc.returncode == 0, proc.stderr[-1000:]
+    assert json.loads(proc.stdout)["program"] == "conv_16a8w"  # QNN's own notes went to stderr
     native = np.load(tmp_path / "output_0.npy")
     expected = _python_bundle(bundle).call("conv_16a8w", [x])[0]
     assert np.array_equal(native, expected)  # the same emulator, the same bytes

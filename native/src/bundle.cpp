@@ -5,8 +5,10 @@
 #include <executorch/runtime/core/hierarchical_allocator.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -53,6 +55,29 @@ std::string dtype_name(ScalarType t) {
     default: return "unsupported";
   }
 }
+// QNN's host libraries write notes of their own to stdout (e.g. "# LIBNATIVE: ..."), where the runner
+// prints its one JSON document: while they load and initialise, stdout goes to stderr.
+class StdoutToStderr {
+ public:
+  explicit StdoutToStderr(bool active) : saved_(-1) {
+    if (!active) return;
+    std::fflush(stdout);
+    saved_ = dup(1);
+    dup2(2, 1);
+  }
+  ~StdoutToStderr() {
+    if (saved_ < 0) return;
+    std::fflush(stdout);
+    dup2(saved_, 1);
+    close(saved_);
+  }
+  StdoutToStderr(const StdoutToStderr&) = delete;
+  StdoutToStderr& operator=(const StdoutToStderr&) = delete;
+
+ private:
+  int saved_;
+};
+
 // A QNN program needs QNN's host libraries (on an x86 host they hold the HTP emulator). The delegate
 // opens "libQnnHtp.so" by name: either from LD_LIBRARY_PATH (a QNN SDK's lib/x86_64-linux-clang),
 // or, loaded here first by path, the libraries DEPLOYC_QNN_LIBRARIES names (`deployc native qnn-env`
@@ -120,6 +145,7 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
   const MethodSpec* m = p->method(method);
   if (!m) return fail(2, "program '" + program + "' has no method '" + method + "'");
   double start = now_ms();
+  StdoutToStderr quiet(p->backend == "qnn");
   auto& slot = loaded_[program];
   if (!slot) {
     if (Failure f = prepare_backend(*p)) {
@@ -225,6 +251,7 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
     values.emplace_back(*tensors.back());
   }
   double start = now_ms();
+  StdoutToStderr quiet(p->backend == "qnn");
   auto result = loaded_[program]->module->execute(method, values);
   if (milliseconds) *milliseconds = now_ms() - start;
   if (!result.ok())
