@@ -101,6 +101,27 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
 # A failure at these steps is the backend's (it cannot quantize, lower or run the graph): with
 # `fallback: next` the unit's next candidate is built instead. Earlier steps fail on every backend.
 BACKEND_STEPS = frozenset({"quantize", "lower", "serialize", "verify"})
+# Of those, the compiler's verdicts: the same program key fails the same way every time, so the
+# failure is cached (a rebuild goes straight to the fallback instead of lowering again).
+DETERMINISTIC_STEPS = frozenset({"quantize", "lower", "serialize"})
+FAILURE_FILE = "failure.json"
+
+
+def _cached_failure(cache: Cache, key: str) -> WorkerResult | None:
+    entry, _ = cache.of_kind("failures").get(key)
+    if entry is None:
+        return None
+    return WorkerResult.model_validate_json(entry.file(FAILURE_FILE).read_text())
+
+
+def _remember_failure(cache: Cache, result: WorkerResult) -> None:
+    failures = cache.of_kind("failures")
+    with failures.lock(result.key):
+        if failures.get(result.key)[0] is None:
+            staging = failures.tmp_dir()
+            kept = WorkerResult(key=result.key, status="failed", step=result.step, error=result.error)
+            (staging / FAILURE_FILE).write_text(kept.model_dump_json())
+            failures.put(result.key, staging)
 
 
 def _backend_failed(result: WorkerResult) -> bool:
@@ -147,12 +168,20 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
             entry, warning = cache.get(key)
             if warning:
                 warn(warning)
+            # A unit with somewhere to fall back to skips a lowering known to fail; others try again.
+            failed = _cached_failure(cache, key) if entry is None and unit.fallbacks else None
             if entry is not None:
                 results[key] = WorkerResult(key=key, status="cached")
+            elif failed is not None:
+                results[key] = failed
             else:
                 todo.append(unit)
         if todo:
-            results.update(_run(todo, len(wanted) - len(todo), plan, cache, executor, events, say, warn))
+            built = _run(todo, len(wanted) - len(todo), plan, cache, executor, events, say, warn)
+            for r in built.values():
+                if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
+                    _remember_failure(cache, r)
+            results.update(built)
         wanted = {}
         for u in plan.units():  # the next candidate of every unit whose backend just failed
             chosen, fell = _chosen(u, results)

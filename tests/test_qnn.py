@@ -160,3 +160,16 @@ def test_a_dynamic_model_pinned_to_the_npu_is_a_located_error(project: Path, cli
     assert r.code == 2
     assert r.err.startswith("m.yaml:12:26: error: models.m.overrides.snapdragon.unit: unit 'npu' (qnn) cannot build "
                             "this model: needs static shapes; the model declares dynamic dims batch")
+
+
+def test_a_rebuild_goes_straight_to_the_fallback(npu: Built) -> None:
+    """The npu's lowering failure is cached with its key: nothing is lowered again, nothing imports torch."""
+    code = ("import sys; from deployc.cli import main;"
+            f"rc = main(['build', 'npu.yaml', '--out', {str(npu.out)!r}, '--cache-dir', {str(npu.cache)!r}, '--json']);"
+            "print('TORCH', 'torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=npu.folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "TORCH False" in proc.stderr and "building" not in proc.stderr
+    u = next(u for u in json.loads(proc.stdout)["units"] if u["model"] == "torch_layer")
+    assert (u["unit"], u["status"]) == ("gpu", "cached")
+    assert [f["unit"] for f in u["fell_back_from"]] == ["npu"]
