@@ -11,7 +11,7 @@ from deployc.cache import Cache
 from deployc.errors import Diagnostic, ManifestError, PlanChanged
 from deployc.events import EventSink, Say
 from deployc.executors import Executor
-from deployc.fingerprint import file_sha256
+from deployc.hashes import sha256_of
 from deployc.packaging.assets import build_assets
 from deployc.packaging.bundle import write_bundle
 from deployc.plan import BuildPlan
@@ -27,9 +27,8 @@ def check_inputs(plan: BuildPlan, toolchain: Toolchain, plan_file: Path) -> None
         path = Path(f.path)
         if not path.is_file():
             changed.append(f"{f.path} ({f.role}) no longer exists")
-        elif file_sha256(path) != f.sha256:
-            changed.append(f"{f.path} ({f.role}) changed: sha256 {f.sha256[:12]} when planned, now "
-                           f"{file_sha256(path)[:12]}")
+        elif (now := sha256_of(path)) != f.sha256:
+            changed.append(f"{f.path} ({f.role}) changed: sha256 {f.sha256[:12]} when planned, now {now[:12]}")
     for name, version in sorted(plan.toolchain.versions.items()):
         now = toolchain.versions.get(name, "not-installed")
         if now != version:

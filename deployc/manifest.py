@@ -35,15 +35,24 @@ class Checkpoint(Frozen):
 
 
 class Source(Frozen):
-    factory: str = Field(description="'module:callable' returning a torch.nn.Module; module looked up "
-                                     "in the manifest's folder first, then on the Python path")
+    """Where the model comes from: a Python factory, or a Hugging Face model directory (one of them)."""
+
+    factory: str | None = Field(default=None, description="'module:callable' returning a torch.nn.Module; module "
+                                                           "looked up in the manifest's folder first, then on the "
+                                                           "Python path")
+    huggingface: str | None = Field(default=None, description="a Hugging Face model directory (config.json, "
+                                                              "*.safetensors), relative to the manifest; the "
+                                                              "model's `task` picks the model class")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
-    checkpoint: Checkpoint | None = None
+    checkpoint: Checkpoint | None = Field(default=None, description="weights loaded over the model's: a "
+                                                                    "torch.save'd state dict or a .safetensors file")
+    trust_remote_code: bool = Field(default=False, description="always refused: deployc never runs code from a "
+                                                               "model directory")
 
     @field_validator("factory")
     @classmethod
-    def _factory_form(cls, v: str) -> str:
-        if not _FACTORY.match(v):
+    def _factory_form(cls, v: str | None) -> str | None:
+        if v is not None and not _FACTORY.match(v):
             raise ValueError(f"{v!r} is not of the form 'package.module:callable'")
         return v
 
@@ -131,11 +140,18 @@ class MethodSpec(Frozen):
     outputs: dict[Identifier, OutputSpec] = Field(default_factory=dict)
 
 
+Task = Literal["embedding", "text-generation", "classification", "text-classification", "image-classification",
+               "image-embedding", "audio-embedding", "other"]
+
+
 class ModelSpec(Frozen):
     source: Source
-    task: Literal["embedding", "text-generation", "classification", "other"] = Field(
-        default="other", description="what the model does; pipelines check that stages use fitting models")
-    inputs: dict[Identifier, InputSpec] = Field(min_length=1, description="named example inputs, in call order")
+    task: Task = Field(default="other", description="what the model does: pipelines check that stages use fitting "
+                                                    "models, and a Hugging Face source builds the matching model "
+                                                    "class and derives its inputs")
+    inputs: dict[Identifier, InputSpec] = Field(
+        default_factory=dict, description="named example inputs, in call order; derived from a Hugging Face "
+                                          "directory's config when left out")
     outputs: dict[Identifier, OutputSpec] = Field(
         default_factory=dict, description="named outputs in return order; required for models used in a pipeline")
     dims: dict[Identifier, DimSpec] = Field(default_factory=dict, description="symbolic (dynamic) dims")
@@ -168,6 +184,8 @@ class TokenizerAsset(Frozen):
     path: str | None = Field(default=None, description="relative to the manifest's folder")
     package: str | None = Field(default=None, description="installed Python package that ships the file")
     file: str | None = Field(default=None, description="path of the file inside `package`")
+    huggingface: str | None = Field(default=None, description="a Hugging Face model directory holding "
+                                                              "tokenizer.json, relative to the manifest")
 
 
 class Chunking(Frozen):
@@ -270,6 +288,19 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
         seen[t] = i
     for name, model in m.models.items():
         base = ("models", name)
+        src = model.source
+        if (src.factory is None) == (src.huggingface is None):
+            err((*base, "source"), f"models.{name}.source: give either `factory` or `huggingface` (one of them)")
+        if src.trust_remote_code:
+            err((*base, "source", "trust_remote_code"), f"models.{name}.source.trust_remote_code: refused: deployc "
+                "never runs code from a model directory", "remove it; models whose config needs custom code "
+                "(auto_map) cannot be built")
+        if src.huggingface is not None and src.kwargs:
+            err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face source takes no kwargs "
+                "(its config.json says how to build it)")
+        if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
+            err((*base,), f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
+                "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
         used: set[str] = set()
         signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
                                                       for meth, spec in model.methods.items()]

@@ -57,12 +57,15 @@ class DimPlan(Frozen):
 class LoadModel(Frozen):
     step: Literal["load"] = "load"
     key: str = ""
-    factory: str
+    factory: str | None  # 'module:callable', or None for a Hugging Face directory
+    huggingface: str | None = None  # the model directory, relative to the manifest
+    task: str = "other"  # with a directory: which transformers class to build
+    derived: list[str] = []  # fields taken from the directory's config (inputs, outputs, dims)
     kwargs: dict[str, Any]
     checkpoint: str | None  # path relative to the manifest
     checkpoint_sha256: str | None
     seed: int
-    sources: list[SourceFile]
+    sources: list[SourceFile]  # the factory's code, or the directory's config and weights
     packages: dict[str, str] = {}  # installed distributions the sources import -> version
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from deployc import layout
 from deployc.errors import Diagnostic, PlanError
-from deployc.fingerprint import file_sha256, key_of
+from deployc.fingerprint import key_of
+from deployc.hashes import sha256_of
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.files import corpus_files, tokenizer_file
 from deployc.plan import (
@@ -49,7 +50,8 @@ from deployc.resolve import (
     ResolvedModel,
     resolve,
 )
-from deployc.sources import imported_packages, module_roots, source_files
+from deployc import huggingface
+from deployc.sources import imported_packages, imported_versions, module_roots, source_files
 from deployc.targets.backends import BACKENDS
 from deployc.targets.profile import Budgets, Unit
 from deployc.toolchain import Toolchain
@@ -64,7 +66,7 @@ class _Inputs:
     def add(self, path: Path, role: str, sha256: str | None = None) -> str:
         key = str(path.resolve())
         if key not in self.files:
-            self.files[key] = HashedFile(path=key, sha256=sha256 or file_sha256(path), role=role)
+            self.files[key] = HashedFile(path=key, sha256=sha256 or sha256_of(path), role=role)
         return self.files[key].sha256
 
 
@@ -176,8 +178,12 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         recipe = recipe.model_copy(update={"calibration_dataset_sha256": sha})
     spec = r.spec
     ckpt = spec.source.checkpoint
-    if ckpt is not None:
-        inputs.add(folder / ckpt.path, "checkpoint", ckpt.sha256)
+    if ckpt is not None:  # hashed now (remembered for large files): a changed file is found before building
+        actual = inputs.add(folder / ckpt.path, "checkpoint")
+        if actual != ckpt.sha256:
+            raise PlanError([Diagnostic(project.doc.locate(("models", r.model, "source", "checkpoint", "sha256")),
+                                        f"models.{r.model}.source.checkpoint.sha256: {ckpt.path} has sha256 {actual}, "
+                                        f"not {ckpt.sha256}", "update the sha256 if the new weights are intended")])
     dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in r.dims.items()]
     methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
                for n, meth in spec.methods.items()]
@@ -190,11 +196,18 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
     else:
         run, reason = True, ""
     estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
-    sources, packages = _sources(folder, spec.source.factory, inputs)
+    if spec.source.factory is not None:
+        sources, packages = _sources(folder, spec.source.factory, inputs)
+    else:  # a Hugging Face directory: its config and weights decide the model, loaded by transformers
+        directory = folder / (spec.source.huggingface or "")
+        sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=inputs.add(f, "model weights"))
+                   for f in huggingface.read(directory).files()]
+        packages = imported_versions(("transformers", "safetensors"))
     steps: list[Any] = [
-        LoadModel(factory=spec.source.factory, kwargs=spec.source.kwargs, checkpoint=ckpt.path if ckpt else None,
-                  checkpoint_sha256=ckpt.sha256 if ckpt else None, seed=spec.seed,
-                  sources=sources, packages=packages),
+        LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
+                  derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
+                  checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
+                  seed=spec.seed, sources=sources, packages=packages),
         Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
         Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployc.errors import Diagnostic, UserError
-from deployc.manifest import Manifest, check_references, parse_manifest
+from deployc import huggingface
+from deployc.manifest import DimSpec, InputSpec, Manifest, OutputSpec, check_references, parse_manifest
 from deployc.pipeline.checks import check_pipeline
 from deployc.schema_errors import closest
 from deployc.sources import find_module_file, module_roots
@@ -18,9 +19,10 @@ from deployc.yaml_io import Document, load_file
 @dataclass(frozen=True)
 class Project:
     path: Path
-    manifest: Manifest
+    manifest: Manifest  # with what Hugging Face sources imply filled in (inputs, outputs, dims)
     doc: Document
     profiles: dict[str, LoadedProfile]  # keyed by the manifest's target reference
+    derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> fields taken from its directory
 
     @property
     def folder(self) -> Path:
@@ -31,8 +33,8 @@ def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]
     out: list[Diagnostic] = []
     roots = module_roots(folder)
     for name, model in m.models.items():
-        module = model.source.factory.split(":")[0]
-        if find_module_file(module, roots) is None:
+        module = model.source.factory.split(":")[0] if model.source.factory else None
+        if module is not None and find_module_file(module, roots) is None:
             out.append(Diagnostic(doc.locate(("models", name, "source", "factory")),
                                   f"models.{name}.source.factory: module '{module}' not found in {folder} "
                                   "or on the Python path"))
@@ -79,6 +81,44 @@ def _load_profiles(refs: list[str], doc: Document, folder: Path, env: Mapping[st
     return profiles
 
 
+def _from_directories(m: Manifest, doc: Document, folder: Path,
+                      problems: list[Diagnostic]) -> tuple[Manifest, dict[str, tuple[str, ...]]]:
+    """The manifest with what each Hugging Face source's config implies for the fields left out."""
+    models = dict(m.models)
+    derived: dict[str, tuple[str, ...]] = {}
+    for name, spec in m.models.items():
+        where = spec.source.huggingface
+        if where is None:
+            continue
+        at = doc.locate(("models", name, "source", "huggingface"))
+        if spec.task not in huggingface.TASKS:
+            problems.append(Diagnostic(doc.locate(("models", name, "task")) if "task" in doc.data["models"][name]
+                                       else at, f"models.{name}.task: a Hugging Face source needs a task, one of "
+                                                f"{', '.join(huggingface.TASKS)}; got {spec.task}"))
+            continue
+        try:
+            implied = huggingface.derive(huggingface.read(folder / where), spec.task)
+        except huggingface.HfProblem as exc:
+            problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {exc}"))
+            continue
+        if spec.inputs and list(spec.inputs) != list(implied["inputs"]):
+            problems.append(Diagnostic(doc.locate(("models", name, "inputs")), f"models.{name}.inputs: a Hugging "
+                                       f"Face {spec.task} model takes {', '.join(implied['inputs'])} (in this order); "
+                                       f"got {', '.join(spec.inputs)}", "keep the names; shapes, ranges and dims "
+                                       "may change"))
+            continue
+        update: dict[str, object] = {}
+        if not spec.inputs:
+            update["inputs"] = {k: InputSpec.model_validate(v) for k, v in implied["inputs"].items()}
+            update["dims"] = {**{k: DimSpec.model_validate(v) for k, v in implied["dims"].items()}, **spec.dims}
+        if not spec.outputs:
+            update["outputs"] = {k: OutputSpec.model_validate(v) for k, v in implied["outputs"].items()}
+        if update:
+            models[name] = spec.model_copy(update=update)
+            derived[name] = tuple(sorted(update))
+    return m.model_copy(update={"models": models}), derived
+
+
 def _sorted(problems: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(problems, key=lambda d: (d.location, d.message))
 
@@ -95,11 +135,13 @@ def load_project(path: Path, env: Mapping[str, str] | None = None) -> Project:
         if isinstance(refs, list):
             _load_profiles(refs, doc, folder, env, problems)
         raise UserError(_sorted(problems)) from None
-    problems = check_references(manifest, doc)
+    problems: list[Diagnostic] = []
+    manifest, derived = _from_directories(manifest, doc, folder, problems)
+    problems.extend(check_references(manifest, doc))
     profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
     problems.extend(_check_sources(manifest, doc, folder))
     problems.extend(_check_pins(manifest, doc, profiles))
     problems.extend(check_pipeline(manifest, doc, folder))
     if problems:
         raise UserError(_sorted(problems))
-    return Project(path, manifest, doc, profiles)
+    return Project(path, manifest, doc, profiles, derived)

@@ -82,3 +82,13 @@ def imported_packages(files: Iterable[Path], local_roots: Sequence[Path]) -> dic
         if dist is not None:
             out[dist.metadata["Name"]] = dist.version
     return dict(sorted(out.items()))
+
+
+def imported_versions(names: Iterable[str]) -> dict[str, str]:
+    """name -> version of each of these distributions that is installed."""
+    out = {}
+    for name in names:
+        dist = _distribution(name)
+        if dist is not None:
+            out[dist.metadata["Name"]] = dist.version
+    return dict(sorted(out.items()))

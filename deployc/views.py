@@ -42,6 +42,13 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         console.result(line)
     for key, u in build_plan.programs().items():
         console.result(f"  program {key[:12]} ({u.model}, {u.backend}): {u.quantize.description}")
+    shown: set[str] = set()
+    for u in build_plan.units():
+        if u.load.derived and u.model not in shown:
+            shown.add(u.model)
+            tensors = ", ".join(f"{i.name} {i.dtype}[{', '.join(map(str, i.shape))}]" for i in u.export.inputs)
+            console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
+                           f"(task {u.load.task}): {tensors}")
     for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)

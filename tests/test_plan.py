@@ -195,8 +195,10 @@ def test_each_input_changes_the_key(project: Path, change: str) -> None:
                                                  "    threads: 4\n    warmup: 1\n    options: {x: 1}\n"
                                                  "    quantization: [fp32"))
     elif change == "checkpoint":
+        from deployc.fingerprint import file_sha256
+
         text = text.replace("'models.small:mlp'}", "'models.small:mlp', checkpoint: {path: ck.pt, sha256: '" +
-                            "a" * 64 + "'}}")
+                            file_sha256(project / "ck.pt") + "'}}")
     base.write_text(text)
     assert _program_key(base, tc) != before
 

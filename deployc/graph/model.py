@@ -1,4 +1,5 @@
-"""Instantiate a model from its factory: seeded, eval mode, checkpoint sha256-checked and loaded."""
+"""Instantiate a model from its factory or its Hugging Face directory: seeded, eval mode, checkpoint
+(a torch.save'd state dict or a .safetensors file) sha256-checked and loaded."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from deployc.fingerprint import file_sha256
 from deployc.plan import LoadModel
 
 
-def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
+def _from_factory(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
+    assert step.factory is not None
     module_name, attr = step.factory.split(":")
     folder = str(manifest_dir.resolve())
     if folder not in sys.path:
@@ -23,18 +25,46 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
         factory = getattr(module, attr)
     except (ImportError, AttributeError) as exc:
         raise BuildError(f"cannot load factory {step.factory}: {exc}") from exc
-    torch.manual_seed(step.seed)
     model = factory(**step.kwargs)
     if not isinstance(model, torch.nn.Module):
         raise BuildError(f"factory {step.factory} returned {type(model).__name__}, expected a torch.nn.Module")
+    return model
+
+
+def _check_sources(step: LoadModel, directory: Path) -> None:
+    """The directory's files must still be what the plan hashed."""
+    for f in step.sources:
+        if file_sha256(directory / f.path) != f.sha256:
+            raise BuildError(f"{directory / f.path} changed since the plan was made")
+
+
+def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
+    torch.manual_seed(step.seed)
+    if step.huggingface is not None:
+        from deployc.graph.hf import load_directory
+
+        directory = manifest_dir / step.huggingface
+        _check_sources(step, directory)
+        model = load_directory(directory, step.task)
+    else:
+        model = _from_factory(step, manifest_dir)
     if step.checkpoint is not None:
         path = manifest_dir / step.checkpoint
         actual = file_sha256(path)
         if actual != step.checkpoint_sha256:
             raise BuildError(f"checkpoint {step.checkpoint} has sha256 {actual}, the manifest expects "
                              f"{step.checkpoint_sha256}")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
             state = state["state_dict"]
-        model.load_state_dict(state)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:  # missing keys, unexpected keys, shape mismatches
+            first = next(iter(str(exc).strip().splitlines()), "")
+            raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
     return model.eval()

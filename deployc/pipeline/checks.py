@@ -104,10 +104,13 @@ class _Checker:
     def assets(self) -> None:
         for name, t in self.p.tokenizers.items():
             path = ("tokenizers", name)
-            if (t.path is None) == (t.package is None and t.file is None) or (t.package is None) != (t.file is None):
-                self.err(path, f"pipeline.tokenizers.{name}: give either `path`, or both `package` and `file`")
+            ways = [t.path is not None, t.huggingface is not None, t.package is not None or t.file is not None]
+            if sum(ways) != 1 or (t.package is None) != (t.file is None):
+                self.err(path, f"pipeline.tokenizers.{name}: give one of `path`, `huggingface`, or both `package` "
+                         "and `file`")
             elif tokenizer_file(t, self.folder) is None:
-                where = t.path if t.path else f"{t.file} in package {t.package}"
+                where = (t.path if t.path else f"tokenizer.json in {t.huggingface}" if t.huggingface
+                         else f"{t.file} in package {t.package}")
                 self.err(path, f"pipeline.tokenizers.{name}: tokenizer file not found: {where}")
         for name, ix in self.p.indexes.items():
             path = ("indexes", name)

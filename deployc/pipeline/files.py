@@ -13,6 +13,9 @@ def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
     if asset.path is not None:
         p = folder / asset.path
         return p if p.is_file() else None
+    if asset.huggingface is not None:  # a model directory's tokenizer.json
+        p = folder / asset.huggingface / "tokenizer.json"
+        return p if p.is_file() else None
     if asset.package and asset.file:
         try:
             spec = importlib.util.find_spec(asset.package)  # locates, does not import, a top-level package

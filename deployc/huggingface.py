@@ -1,0 +1,186 @@
+"""Hugging Face model directories (config.json, *.safetensors, tokenizer files), read without importing
+transformers or torch: what the directory holds, whether deployc can load it offline, and the inputs,
+outputs and dims a task implies when a manifest leaves them out. validate and plan call this; the
+build loads the model with transformers (deployc/graph/hf.py)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# What each task makes of a directory. The manifest's `task` picks one; the build wraps the matching
+# transformers class so that the program takes and returns plain tensors.
+TASKS = ("embedding", "text-classification", "text-generation", "image-classification", "image-embedding",
+         "audio-embedding")
+TEXT_TASKS = ("embedding", "text-classification", "text-generation")
+IMAGE_TASKS = ("image-classification", "image-embedding")
+
+# Models whose position ids start after the padding index: two positions fewer than the table holds.
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart", "data2vec-text"}
+
+
+@dataclass(frozen=True)
+class HfModel:
+    folder: Path
+    config: dict[str, Any]
+    weights: tuple[Path, ...]  # *.safetensors, and the shard index when there is one
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", ""))
+
+    def files(self) -> list[Path]:
+        """Everything that decides the loaded model: the config, the weights, the generation config."""
+        extra = [self.folder / "generation_config.json"]
+        return [self.folder / "config.json", *self.weights, *(f for f in extra if f.is_file())]
+
+
+class HfProblem(ValueError):
+    """What is wrong with a directory, for a located error."""
+
+
+@functools.cache
+def known_model_types() -> frozenset[str]:
+    """The `model_type`s the installed transformers knows, read from its source (importing it imports
+    torch). Empty when it cannot be read: then nothing is refused for being unknown."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return frozenset()
+    types: set[str] = set()
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for name in ("auto_mappings.py", "configuration_auto.py"):
+            f = Path(root, "models", "auto", name)
+            if f.is_file():
+                text = f.read_text(errors="replace")
+                types.update(re.findall(r'\(\s*"([\w-]+)"\s*,\s*"\w+Config"\s*\)', text))
+                types.update(re.findall(r'"([\w-]+)"\s*:\s*"\w+Config"', text))
+    return frozenset(types)
+
+
+def read(folder: Path) -> HfModel:
+    """The directory, checked for what an offline load needs; raises HfProblem saying what is missing."""
+    if not folder.is_dir():
+        raise HfProblem(f"no directory {folder}")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise HfProblem(f"{folder} has no config.json (is it a Hugging Face model directory?)")
+    try:
+        config = json.loads(config_file.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HfProblem(f"{config_file} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise HfProblem(f"{config_file} does not hold a JSON object")
+    if "auto_map" in config:
+        raise HfProblem(f"{config_file} names custom model code (auto_map); deployc never runs code from a model "
+                        "directory (trust_remote_code is refused)")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise HfProblem(f"{config_file} has no model_type")
+    known = known_model_types()
+    if known and model_type not in known:
+        raise HfProblem(f"{config_file}: model_type '{model_type}' is not an architecture the installed transformers "
+                        "knows")
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
+        if pickled:
+            raise HfProblem(f"{folder} has weights only as {', '.join(sorted(pickled))} (pickle); deployc loads "
+                            "safetensors: save them with save_pretrained(..., safe_serialization=True)")
+        raise HfProblem(f"{folder} has no *.safetensors weights")
+    index = folder / "model.safetensors.index.json"
+    return HfModel(folder, config, tuple([*shards, *([index] if index.is_file() else [])]))
+
+
+def _get(config: dict[str, Any], *names: str) -> Any:
+    """The first of `names` set in the config or in its text/vision/audio sub-config."""
+    for source in (config, config.get("text_config") or {}, config.get("vision_config") or {}):
+        for n in names:
+            if isinstance(source, dict) and source.get(n) is not None:
+                return source[n]
+    return None
+
+
+def _max_positions(model: HfModel) -> int:
+    n = _get(model.config, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+    if not isinstance(n, int) or n <= 0:
+        return 512
+    return n - 2 if model.model_type in _OFFSET_POSITIONS else n
+
+
+def _hidden(model: HfModel) -> int | None:
+    sizes = _get(model.config, "hidden_sizes")
+    if isinstance(sizes, list) and sizes:
+        return int(sizes[-1])
+    n = _get(model.config, "hidden_size", "d_model", "n_embd", "dim", "embed_dim")
+    return int(n) if isinstance(n, int) else None
+
+
+def _labels(model: HfModel) -> int:
+    id2label = model.config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    n = model.config.get("num_labels")
+    return int(n) if isinstance(n, int) else 2
+
+
+def derive(model: HfModel, task: str) -> dict[str, Any]:
+    """What the task implies: {"inputs": ..., "outputs": ..., "dims": ...} as manifest data."""
+    c = model.config
+    if task in TEXT_TASKS and task != "text-generation":
+        vocab = _get(c, "vocab_size")
+        if not isinstance(vocab, int):
+            raise HfProblem(f"config.json has no vocab_size, so it is not a text model for task {task}")
+        seq = {"min": 2, "max": _max_positions(model)}
+        inputs = {"input_ids": {"shape": [1, "seq"], "dtype": "int64", "range": [0, vocab - 1]},
+                  "attention_mask": {"shape": [1, "seq"], "dtype": "int64", "range": [1, 1]}}
+        if task == "embedding":
+            hidden = _hidden(model)
+            if hidden is None:
+                raise HfProblem("config.json gives no hidden size for the embedding")
+            outputs = {"embedding": {"shape": [1, hidden]}}
+        else:
+            outputs = {"logits": {"shape": [1, _labels(model)]}}
+        return {"inputs": inputs, "outputs": outputs, "dims": {"seq": seq}}
+    if task in IMAGE_TASKS:
+        size = _get(c, "image_size")
+        size = size[0] if isinstance(size, list) else size
+        size = int(size) if isinstance(size, int) else 224
+        channels = _get(c, "num_channels")
+        channels = int(channels) if isinstance(channels, int) else 3
+        inputs = {"pixel_values": {"shape": [1, channels, size, size], "dtype": "float32", "range": [-1.0, 1.0]}}
+        if task == "image-classification":
+            outputs = {"logits": {"shape": [1, _labels(model)]}}
+        else:
+            hidden = _hidden(model)
+            if hidden is None:
+                raise HfProblem("config.json gives no hidden size for the embedding")
+            outputs = {"embedding": {"shape": [1, hidden]}}
+        return {"inputs": inputs, "outputs": outputs, "dims": {}}
+    if task == "audio-embedding":
+        hidden = _hidden(model)
+        if hidden is None:
+            raise HfProblem("config.json gives no hidden size for the embedding")
+        mels = c.get("num_mel_bins")
+        if isinstance(mels, int):  # Whisper-style encoders take log-mel features: 30 s of them
+            frames = 2 * int(c.get("max_source_positions", 1500))
+            inputs = {"input_features": {"shape": [1, mels, frames], "dtype": "float32", "range": [-1.0, 1.0]}}
+            return {"inputs": inputs, "outputs": {"embedding": {"shape": [1, hidden]}}, "dims": {}}
+        # One second at 16 kHz, static: a waveform encoder's convolutions accept only some lengths, which
+        # torch.export rejects as a plain range.
+        inputs = {"input_values": {"shape": [1, 16000], "dtype": "float32", "range": [-1.0, 1.0]}}
+        return {"inputs": inputs, "outputs": {"embedding": {"shape": [1, hidden]}}, "dims": {}}
+    if task == "text-generation":
+        raise HfProblem("text generation from a Hugging Face directory (a KV-cache decoder program) is not "
+                        "supported yet; build the decoder with a factory (docs/pipeline.md)")
+    raise HfProblem(f"task {task} cannot derive inputs; declare them")
+
+
+def tokenizer_file(folder: Path) -> Path | None:
+    f = folder / "tokenizer.json"
+    return f if f.is_file() else None

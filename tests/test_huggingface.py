@@ -1,0 +1,207 @@
+"""Models from Hugging Face directories: tiny seeded models saved with save_pretrained at test time
+(nothing is downloaded), their inputs derived from config.json, built and verified through the real
+path; the located errors for directories deployc cannot load; safetensors checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Built, build_json, make_project
+from deployc.errors import UserError
+from deployc.planner import make_plan
+from deployc.project import load_project
+from deployc.toolchain import detect
+
+HF_SUITE = """\
+apiVersion: deployc/v1
+name: hf
+version: 0.1.0
+targets: [arduino_q]
+models:
+  bert:
+    task: embedding
+    source: {huggingface: hf/bert}
+    quantization: 8da8w
+  distilbert:
+    task: text-classification
+    source: {huggingface: hf/distilbert}
+  vit:
+    task: image-classification
+    source: {huggingface: hf/vit}
+  wav:
+    task: audio-embedding
+    source: {huggingface: hf/wav2vec2}
+pipeline:
+  inputs: {query: {type: text}}
+  outputs: {embedding: embed.embedding}
+  tokenizers:
+    words: {huggingface: hf/bert}
+  stages:
+    - {name: tokens, op: tokenize, tokenizer: words, input: query, max_length: 64}
+    - name: embed
+      op: model
+      model: bert
+      inputs: {input_ids: tokens.input_ids, attention_mask: tokens.attention_mask}
+"""
+
+
+def save_tiny_models(folder: Path) -> None:
+    """Seeded tiny configs of four architectures, saved as safetensors, and a word-level tokenizer."""
+    import torch
+    import transformers as T
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    torch.manual_seed(0)
+    T.BertModel(T.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, max_position_embeddings=64)).save_pretrained(folder / "bert")
+    T.DistilBertForSequenceClassification(T.DistilBertConfig(
+        vocab_size=200, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64,
+        num_labels=3)).save_pretrained(folder / "distilbert")
+    T.ViTForImageClassification(T.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                            num_attention_heads=4, intermediate_size=64,
+                                            num_labels=5)).save_pretrained(folder / "vit")
+    T.Wav2Vec2Model(T.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                     conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                                     num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+                    ).save_pretrained(folder / "wav2vec2")
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "how", "do", "bees", "find", "flowers", "?"])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.save(str(folder / "bert" / "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def hf(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    folder = tmp_path_factory.mktemp("hf")
+    manifest = make_project(folder / "project", HF_SUITE, "hf.yaml")
+    save_tiny_models(folder / "project" / "hf")
+    out, cache = folder / "dist", folder / "cache"
+    result, report = build_json(manifest, out, cache, "--jobs", "2")
+    assert result.code == 0, result.err[-3000:]
+    return Built(folder / "project", manifest, out, cache, report, result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["bert", "distilbert", "vit", "wav"])
+def test_directories_build_and_verify_against_eager(hf: Built, model: str) -> None:
+    u = next(u for u in hf.report["units"] if u["model"] == model)
+    assert u["status"] == "built" and u["verification"]["status"] == "passed"
+    assert u["verification"]["metrics"]["min_cosine"] > 0.999
+
+
+@pytest.mark.slow
+def test_the_bundle_carries_what_the_config_implied(hf: Built) -> None:
+    config = json.loads((hf.out / "hf" / "0.1.0" / "arduino_q" / "runtime.json").read_text())
+    programs = {p["name"]: p["methods"][0] for p in config["programs"]}
+    assert [(t["name"], t["dtype"]) for t in programs["bert"]["inputs"]] == [("input_ids", "int64"),
+                                                                            ("attention_mask", "int64")]
+    assert programs["bert"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 64}
+    assert programs["bert"]["outputs"] == [{"name": "embedding", "dtype": "float32", "shape": [
+        {"value": 1, "min": 1, "max": 1}, {"value": 32, "min": 32, "max": 32}]}]
+    assert [d["value"] for d in programs["distilbert"]["outputs"][0]["shape"]] == [1, 3]  # num_labels
+    assert [d["value"] for d in programs["vit"]["inputs"][0]["shape"]] == [1, 3, 32, 32]  # image_size
+    assert [d["value"] for d in programs["wav"]["inputs"][0]["shape"]] == [1, 16000]
+    assert {a["name"]: a["kind"] for a in config["assets"]} == {"words": "tokenizer"}
+
+
+def _tiny_project(tmp_path: Path, models_text: str) -> Path:
+    manifest = make_project(tmp_path / "project", "apiVersion: deployc/v1\nname: t\nversion: 0.1.0\n"
+                            "targets: [arduino_q]\nmodels:\n" + models_text, "m.yaml")
+    save_tiny_models(tmp_path / "project" / "hf")
+    return manifest
+
+
+def test_plan_shows_derived_inputs_and_keys_the_weights(tmp_path: Path, cli) -> None:
+    manifest = _tiny_project(tmp_path, "  vit:\n    task: image-classification\n    source: {huggingface: hf/vit}\n")
+    r = cli("plan", str(manifest))
+    assert r.code == 0, r.err
+    assert ("vit: dims, inputs, outputs from hf/vit/config.json (task image-classification): "
+            "pixel_values float32[1, 3, 32, 32]") in r.out
+    plan = make_plan(load_project(manifest), detect())
+    load = plan.units()[0].load
+    assert [s.path for s in load.sources] == ["config.json", "model.safetensors"]
+    assert set(load.packages) == {"transformers", "safetensors"} and load.derived == ["dims", "inputs", "outputs"]
+    before = plan.units()[0].program_key
+    weights = tmp_path / "project" / "hf" / "vit" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert make_plan(load_project(manifest), detect()).units()[0].program_key != before
+
+
+@pytest.mark.parametrize("break_it,message", [
+    (lambda d: shutil.rmtree(d), "models.vit.source.huggingface: no directory"),
+    (lambda d: (d / "config.json").unlink(), "has no config.json (is it a Hugging Face model directory?)"),
+    (lambda d: (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()),
+                                                          "auto_map": {"AutoModel": "x.Y"}})),
+     "names custom model code (auto_map); deployc never runs code from a model directory"),
+    (lambda d: (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()),
+                                                          "model_type": "vitt"})),
+     "model_type 'vitt' is not an architecture the installed transformers knows"),
+    (lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin"),
+     "has weights only as pytorch_model.bin (pickle); deployc loads safetensors"),
+])
+def test_a_directory_deployc_cannot_load_is_a_located_error(tmp_path: Path, break_it, message: str) -> None:
+    manifest = _tiny_project(tmp_path, "  vit:\n    task: image-classification\n    source: {huggingface: hf/vit}\n")
+    break_it(tmp_path / "project" / "hf" / "vit")
+    with pytest.raises(UserError) as info:
+        load_project(manifest)
+    d = info.value.diagnostics[0]
+    assert message in d.message and d.message.startswith("models.vit.source.huggingface: ")
+    assert (d.location.line, d.location.col) == (8, 27)  # the value of source.huggingface
+
+
+@pytest.mark.parametrize("model_text,message", [
+    ("  vit:\n    source: {huggingface: hf/vit}\n",
+     "models.vit.task: a Hugging Face source needs a task, one of embedding, text-classification"),
+    ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit, trust_remote_code: true}\n",
+     "models.vit.source.trust_remote_code: refused: deployc never runs code from a model directory"),
+    ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit, factory: 'models.small:mlp'}\n",
+     "models.vit.source: give either `factory` or `huggingface` (one of them)"),
+    ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit}\n    inputs: {image: {shape: [1, 3, 32, 32]}}\n",
+     "models.vit.inputs: a Hugging Face image-classification model takes pixel_values (in this order); got image"),
+    ("  bert:\n    task: text-generation\n    source: {huggingface: hf/bert}\n",
+     "text generation from a Hugging Face directory (a KV-cache decoder program) is not supported yet"),
+    ("  mlp:\n    source: {factory: 'models.small:mlp'}\n",
+     "models.mlp.inputs: required (only a Hugging Face source can derive them)"),
+])
+def test_manifest_mistakes_about_directories(tmp_path: Path, model_text: str, message: str, cli) -> None:
+    manifest = _tiny_project(tmp_path, model_text)
+    r = cli("validate", str(manifest))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert message in r.err
+
+
+@pytest.mark.slow
+def test_a_safetensors_checkpoint_loads_over_a_factory_model(tmp_path: Path) -> None:
+    import sys
+
+    import torch
+    from safetensors.torch import save_file
+
+    from deployc.fingerprint import file_sha256
+
+    sys.path.insert(0, str(REPO / "manifests"))
+    from models.small import mlp
+
+    torch.manual_seed(123)
+    weights = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in mlp(8, 16, 2).state_dict().items()}, str(weights))
+    manifest = make_project(tmp_path / "project", "apiVersion: deployc/v1\nname: ck\nversion: 0.1.0\n"
+                            "targets: [arduino_q]\nmodels:\n  net:\n    source: {factory: 'models.small:mlp', "
+                            "kwargs: {features: 8, hidden: 16, classes: 2}, checkpoint: {path: w.safetensors, "
+                            f"sha256: '{file_sha256(weights)}'}}}}\n    inputs: {{x: {{shape: [1, 8]}}}}\n", "ck.yaml")
+    shutil.copyfile(weights, manifest.parent / "w.safetensors")
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    assert result.code == 0, result.err[-2000:]
+    assert report["units"][0]["verification"]["status"] == "passed"
+    # The weights really were loaded: a checkpoint of other values gives another program.
+    torch.manual_seed(7)
+    save_file({k: v.contiguous() for k, v in mlp(8, 16, 2).state_dict().items()}, str(manifest.parent / "w.safetensors"))
+    result, report = build_json(manifest, tmp_path / "dist2", tmp_path / "cache")
+    assert result.code == 2 and report == {}
+    assert ": error: models.net.source.checkpoint.sha256: w.safetensors has sha256 " in result.err
