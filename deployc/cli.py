@@ -61,6 +61,36 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
 
 
 @app.command()
+def init(
+    model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
+    task: Annotated[Optional[str], typer.Option(
+        "--task", help="embedding, text-classification, image-classification, image-embedding or "
+                       "audio-embedding (default: what config.json's architectures say)")] = None,
+    targets: Annotated[list[str], typer.Option(
+        "--target", help="a target profile (repeatable; default: every profile `deployc targets list` shows)")] = [],  # noqa: B006
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="the manifest to write (default: <model name>.yaml here); never overwritten")] = None,
+) -> None:
+    """Write a starter manifest for a model directory that validates and builds as written."""
+    from deployc.planner import make_plan
+    from deployc.project import load_project
+    from deployc.starter import make_starter, write_new
+    from deployc.toolchain import detect
+
+    console = Console()
+    toolchain = detect()
+
+    def plans(path: Path, target: str) -> None:
+        make_plan(load_project(path), toolchain, target)
+
+    starter = make_starter(model_dir, out, task, targets, plans)
+    write_new(starter.path, starter.text)
+    schemes = ", ".join(f"{t}: {s}" for t, s in starter.schemes.items())
+    console.result(f"wrote {starter.path} ({starter.task}; {schemes})")
+    console.status(f"next: deployc plan {starter.path}, then deployc build {starter.path}")
+
+
+@app.command()
 def plan(
     manifest: Path,
     target: TargetOpt = None,

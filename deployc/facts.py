@@ -78,6 +78,7 @@ class ProgramFacts(Frozen):
     non_delegated_ops: list[str]
     measurement: Measurement
     durations_s: dict[str, float]
+    stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point
 
     @property
     def planned_memory_bytes(self) -> int:

@@ -98,6 +98,7 @@ class UnitResult(Frozen):
             "delegated_share": f.delegated_share if f else None,
             "delegates": f.delegates if f else None,
             "non_delegated_ops": f.non_delegated_ops if f else None,
+            "stayed_float": f.stayed_float if f else None,
             "verification": self.verification.model_dump(mode="json") if self.verification else None,
             "latency_ms": f.measurement.latency_ms if f else None,
             "durations_s": f.durations_s if f else None,

@@ -21,7 +21,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
               "deployc.layout", "deployc.events", "deployc.captured", "deployc.pte", "deployc.console",
               "deployc.cache_paths", "deployc.hashes")),
     ("load", ("deployc.manifest", "deployc.pipeline", "deployc.targets", "deployc.sources", "deployc.project",
-              "deployc.schemas", "deployc.huggingface")),
+              "deployc.schemas", "deployc.huggingface", "deployc.starter")),
     ("resolve", ("deployc.resolve",)),
     ("plan", ("deployc.toolchain", "deployc.plan", "deployc.planner", "deployc.release")),
     ("build", ("deployc.cache", "deployc.shared_store", "deployc.facts", "deployc.results", "deployc.executors",

@@ -30,14 +30,102 @@ def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None
     return model
 
 
+def _floating(node: Any, model: torch.fx.GraphModule) -> bool:
+    """Whether a graph value is a floating-point tensor (unknown values count as floating). Lifted
+    constants (get_attr) carry no value in their metadata: their tensor is looked up."""
+    value = node.meta.get("val") if hasattr(node, "meta") else None
+    if value is None and getattr(node, "op", None) == "get_attr":
+        value = model
+        for part in str(node.target).split("."):
+            value = getattr(value, part, None)
+    return not isinstance(value, torch.Tensor) or value.dtype.is_floating_point
+
+
+def float_paths_only(quantizer: Any) -> Any:
+    """`quantizer`, with its annotations of integer tensors removed. PT2E quantizers annotate every
+    input of the ops they match, and transformers route token, position and index tensors (int64)
+    through such ops: observing them fails at calibration ("tensors used as indices must be long ...")
+    or quantizes an index. Only floating-point paths are quantized; integer ones stay as they are."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class FloatOnly(Quantizer):  # type: ignore[misc]
+        def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            model = quantizer.transform_for_annotation(model)
+            _restore_integer_scalars(model)
+            return model
+
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            model = quantizer.annotate(model)
+            for node in model.graph.nodes:
+                annotation = node.meta.get("quantization_annotation")
+                if annotation is None:
+                    continue
+                annotation.input_qspec_map = {n: spec for n, spec in annotation.input_qspec_map.items()
+                                              if _floating(n, model)}
+                if not _floating(node, model):
+                    annotation.output_qspec = None
+            return model
+
+        def validate(self, model: torch.fx.GraphModule) -> None:
+            quantizer.validate(model)
+
+    return FloatOnly()
+
+
+def _restore_integer_scalars(model: torch.fx.GraphModule) -> None:
+    """XNNPACK's quantizer turns the scalar of every add/mul into a float32 tensor constant so that it
+    can be observed, integer arithmetic included (position ids: arange + offset), which makes those
+    results float and breaks the indexing they feed. Integer ops get their scalar back."""
+    changed = False
+    for node in model.graph.nodes:
+        if node.op != "call_function" or node.target not in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor):
+            continue
+        if _floating(node, model):
+            continue
+        args = []
+        for arg in node.args:
+            value = getattr(model, str(arg.target), None) if getattr(arg, "op", None) == "get_attr" else None
+            if isinstance(value, torch.Tensor) and value.dim() == 0 and value.dtype.is_floating_point:
+                number = value.item()
+                args.append(int(number) if float(number).is_integer() else number)
+                changed = True
+            else:
+                args.append(arg)
+        node.args = tuple(args)
+    if changed:
+        model.graph.eliminate_dead_code()
+        model.recompile()
+
+
+_WEIGHTED = ("aten.linear.default", "aten.conv1d.default", "aten.conv2d.default", "aten.matmul.default",
+             "aten.bmm.default", "aten.addmm.default")
+
+
+def stayed_float(model: torch.fx.GraphModule) -> list[str]:
+    """The weighted layers (linear, conv, matmul) of a converted model whose input is not dequantized
+    from int8: what quantization left in floating point, named by the model's module path."""
+    out = []
+    for node in model.graph.nodes:
+        if node.op != "call_function" or str(node.target) not in _WEIGHTED:
+            continue
+        source = node.args[0] if node.args else None
+        if "dequantize" not in str(getattr(source, "target", "")):
+            stack = node.meta.get("nn_module_stack") or {}
+            out.append(next(reversed(stack.values()))[0] if stack else node.name)
+    return sorted(set(out))
+
+
 def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration: list[list[torch.Tensor]],
-                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram]) -> torch.export.ExportedProgram:
+                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram]
+                  ) -> tuple[torch.export.ExportedProgram, list[str]]:
+    """(the quantized program, the weighted layers that stayed float)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(ep.module(check_guards=False), quantizer)
+    prepared = prepare_pt2e(ep.module(check_guards=False), float_paths_only(quantizer))
     for sample in calibration:
         prepared(*sample)
-    return reexport(convert_pt2e(prepared))
+    converted = convert_pt2e(prepared)
+    return reexport(converted), stayed_float(converted)
 
 
 def calibration_samples(recipe: Recipe, export: Export, folder: Path) -> list[list[torch.Tensor]]:

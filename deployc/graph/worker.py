@@ -154,9 +154,10 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                 for name, function, inputs in signatures}
     fault_point("export")
     lap("export")
+    float_layers: list[str] = []
     if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
         at("quantize")
-        programs["forward"] = pt2e_quantize(
+        programs["forward"], float_layers = pt2e_quantize(
             programs["forward"], backend.quantizer(recipe, lower.options), calibration_samples(recipe, export, folder),
             lambda m: export_model(m, examples["forward"], export.inputs, export.dims))
         lap("quantize")
@@ -184,4 +185,4 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         signatures={name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
                                             for i in inputs], outputs=outputs[name])
                     for name, _, inputs in signatures},
-        methods=methods, measurement=measurement, durations_s=durations, **graph)
+        methods=methods, measurement=measurement, durations_s=durations, stayed_float=float_layers, **graph)
