@@ -63,8 +63,10 @@ def compare_outputs(method: str, declared: list[OutputPlan], actual: list[Tensor
 def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> UnitResult:
     judged = UnitResult(unit=unit, status=result.status, node=result.node, attempts=result.attempts)
     if result.status == "failed":
-        return judged.model_copy(update={"failure": Failure(step=result.step or "build", error=result.error or "",
-                                                            log=result.log)})
+        declared = unit.dims_at.get(result.dim) if result.dim else None
+        error = f"{declared.field}: {result.error}" if declared else result.error or ""
+        return judged.model_copy(update={"failure": Failure(step=result.step or "build", error=error, log=result.log,
+                                                            at=declared.at if declared else None)})
     if entry is None:
         return judged.model_copy(update={"status": "failed", "failure": Failure(
             step="cache", error="the built program vanished from the cache")})
@@ -119,7 +121,7 @@ def _remember_failure(cache: Cache, result: WorkerResult) -> None:
     with failures.lock(result.key):
         if failures.get(result.key)[0] is None:
             staging = failures.tmp_dir()
-            kept = WorkerResult(key=result.key, status="failed", step=result.step, error=result.error)
+            kept = WorkerResult(key=result.key, status="failed", step=result.step, error=result.error, dim=result.dim)
             (staging / FAILURE_FILE).write_text(kept.model_dump_json())
             failures.put(result.key, staging)
 

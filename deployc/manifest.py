@@ -79,6 +79,20 @@ class InputSpec(Frozen):
 class DimSpec(Frozen):
     min: Annotated[int, Field(ge=1)] = 1
     max: Annotated[int, Field(ge=1)]
+    multiple_of: Annotated[int, Field(ge=2)] | None = Field(
+        default=None, description="the dim takes only multiples of this within [min, max] (a model that splits "
+                                  "it into blocks); exported as multiple_of * a smaller dim")
+
+    def bounds(self) -> tuple[int, int]:
+        """The smallest and largest size the dim takes: min and max, rounded inwards to multiples."""
+        k = self.multiple_of or 1
+        return -(-self.min // k) * k, self.max // k * k
+
+    def under(self, model_dim: "DimSpec") -> "DimSpec":
+        """This override of `model_dim`: a constraint of the model's (multiple_of) holds unless restated."""
+        if self.multiple_of is not None or model_dim.multiple_of is None:
+            return self
+        return self.model_copy(update={"multiple_of": model_dim.multiple_of})
 
 
 def _scheme_shorthand(v: Any) -> Any:
@@ -328,9 +342,8 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
         for inp_name, inp in model.inputs.items():
             if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
                 err((*base, "inputs", inp_name, "range"), f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
-        for dim_name, dim in model.dims.items():
-            if dim.min > dim.max:
-                err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: min {dim.min} is greater than max {dim.max}")
+        for dim_name, declared in model.dims.items():
+            _check_dim(declared, (*base, "dims", dim_name), f"models.{name}.dims.{dim_name}", err)
             if dim_name not in used:
                 err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: dim is declared but no input uses it",
                     key=True)
@@ -343,15 +356,23 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
             if ov.quantization is not None:
                 _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
                              f"models.{name}.overrides.{target}.quantization", err)
-            for dim_name, dim in ov.dims.items():
+            for dim_name, override in ov.dims.items():
                 where = (*base, "overrides", target, "dims", dim_name)
                 dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
                 if dim_name not in model.dims:
                     err(where, f"{dotted}: the model has no dim '{dim_name}'",
                         closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
-                elif dim.min > dim.max:
-                    err(where, f"{dotted}: min {dim.min} is greater than max {dim.max}")
+                else:
+                    _check_dim(override.under(model.dims[dim_name]), where, dotted, err)
     return out
+
+
+def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+    if dim.min > dim.max:
+        err(path, f"{dotted}: min {dim.min} is greater than max {dim.max}")
+    elif dim.bounds()[0] > dim.bounds()[1]:
+        err(path, f"{dotted}: no multiple of {dim.multiple_of} lies between min {dim.min} and max {dim.max}",
+            f"max: {dim.bounds()[0]}")
 
 
 def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:

@@ -50,8 +50,21 @@ class OutputPlan(Frozen):
 
 class DimPlan(Frozen):
     name: str
-    min: int
+    min: int  # the smallest size the dim takes (a multiple of multiple_of)
     max: int
+    multiple_of: int = 1
+
+    def middle(self) -> int:
+        """The size halfway between min and max, rounded down to a size the dim takes."""
+        k = self.multiple_of
+        return self.min + (self.max - self.min) // 2 // k * k
+
+
+class Declared(Frozen):
+    """Where the manifest declares something a build step can fail on, for a located error."""
+
+    at: Location
+    field: str  # its dotted name, e.g. models.clf.dims.seq
 
 
 class LoadModel(Frozen):
@@ -166,6 +179,7 @@ class UnitPlan(Frozen):
     # this one fails (a backend that cannot lower the graph). Planned in full, keys and all.
     fallbacks: list[UnitPlan] = []
     outputs_at: dict[str, Location] = {}  # method -> where its outputs are declared in the manifest
+    dims_at: dict[str, Declared] = {}  # dim -> where this target's range of it is declared (or derived)
 
     @property
     def label(self) -> str:

@@ -22,6 +22,7 @@ from deployc.plan import (
     BuildPlan,
     BundlePlan,
     CheckBudget,
+    Declared,
     DimPlan,
     Export,
     HashedFile,
@@ -74,7 +75,7 @@ def verification_points(dims: list[DimPlan]) -> list[dict[str, int]]:
     """The sizes verification runs at: every dim at its min, at its middle, at its max (deduplicated)."""
     if not dims:
         return [{}]
-    points = [{d.name: d.min for d in dims}, {d.name: (d.min + d.max) // 2 for d in dims}, {d.name: d.max for d in dims}]
+    points = [{d.name: d.min for d in dims}, {d.name: d.middle() for d in dims}, {d.name: d.max for d in dims}]
     unique: list[dict[str, int]] = []
     for p in points:
         if p not in unique:
@@ -184,7 +185,8 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
             raise PlanError([Diagnostic(project.doc.locate(("models", r.model, "source", "checkpoint", "sha256")),
                                         f"models.{r.model}.source.checkpoint.sha256: {ckpt.path} has sha256 {actual}, "
                                         f"not {ckpt.sha256}", "update the sha256 if the new weights are intended")])
-    dims = [DimPlan(name=n, min=d.min, max=d.max) for n, d in r.dims.items()]
+    dims = [DimPlan(name=n, min=d.bounds()[0], max=d.bounds()[1], multiple_of=d.multiple_of or 1)
+            for n, d in r.dims.items()]
     methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
                for n, meth in spec.methods.items()]
     backend = BACKENDS[unit.backend]
@@ -234,7 +236,26 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                   **{n: doc.locate((*base, "methods", n, "outputs")) for n in spec.methods}}
     return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
                     quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
-                    warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at)
+                    warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at,
+                    dims_at=_dims_at(project, r))
+
+
+def _dims_at(project: Project, r: ResolvedModel) -> dict[str, Declared]:
+    """Each dim's declaration on this target: its override, the model's entry, or (derived from a Hugging
+    Face config) the model itself."""
+    doc, raw = project.doc, project.doc.data["models"][r.model]
+    overridden = ((raw.get("overrides") or {}).get(r.target) or {}).get("dims") or {}
+    out = {}
+    for name in r.dims:
+        if name in overridden:
+            path: tuple[str, ...] = ("models", r.model, "overrides", r.target, "dims", name)
+        elif name in (raw.get("dims") or {}):
+            path = ("models", r.model, "dims", name)
+        else:
+            out[name] = Declared(at=doc.locate(("models", r.model)), field=f"models.{r.model}.dims.{name}")
+            continue
+        out[name] = Declared(at=doc.locate(path), field=".".join(path))
+    return out
 
 
 def _token_length(unit: UnitPlan) -> tuple[int, bool]:

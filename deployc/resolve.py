@@ -38,7 +38,7 @@ class ResolvedModel:
 
     @property
     def dynamic_dims(self) -> list[str]:
-        return sorted(n for n, d in self.dims.items() if d.max > d.min)
+        return sorted(n for n, d in self.dims.items() if d.bounds()[1] > d.bounds()[0])
 
 
 def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
@@ -72,5 +72,6 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 quantization_field=".".join(str(p) for p in q_path),
                 unit=unit, unit_at=unit_at,
                 tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
-                dims={**spec.dims, **(ov.dims if ov else {})}))
+                dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
+                                     for n, d in (ov.dims if ov else {}).items()}}))
     return out

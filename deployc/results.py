@@ -38,6 +38,7 @@ class WorkerResult(Frozen):
     status: Status
     step: str | None = None  # where it failed
     error: str | None = None
+    dim: str | None = None  # the manifest dim the failure is about (torch.export refused its range)
     warning: str | None = None  # e.g. a corrupt cache entry that was discarded
     log: str | None = None  # what the libraries printed while it built
     node: Node | None = None

@@ -30,6 +30,7 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
     skipped: list[str] = []
     for u in build_plan.units():
         dims = ", ".join(f"{d.name}={d.min}" if d.min == d.max else f"{d.name}={d.min}..{d.max}"
+                         + (f" (x{d.multiple_of})" if d.multiple_of > 1 else "")
                          for d in u.export.dims) or "static"
         table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
                       u.quantization, dims, status[u.program_key], u.program_key[:12])
@@ -126,6 +127,7 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
             for m in p["methods"]:
                 shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
                     str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
+                    + (f" (x{d['multiple_of']})" if d.get("multiple_of", 1) > 1 else "")
                     for d in t["shape"]) + "]"
                 table.add_row(p["name"], p["unit"], p["backend"], p["quantization"], format_size(p["size_bytes"]),
                               m["name"], " ".join(shape(t) for t in m["inputs"]),

@@ -55,7 +55,8 @@ def test_multi_method_program(suite: Built) -> None:
     assert set(methods) == {"forward", "encode_text", "get_embedding_dim"}
     assert [t["name"] for t in methods["forward"]["inputs"]] == ["image"]
     assert [t["name"] for t in methods["forward"]["outputs"]] == ["image_embedding"]
-    assert methods["encode_text"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 16}
+    assert methods["encode_text"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 16,
+                                                               "multiple_of": 1}
     assert [t["name"] for t in methods["encode_text"]["outputs"]] == ["text_embedding"]
     assert methods["get_embedding_dim"]["inputs"] == [] and methods["encode_text"]["delegates"] == ["XnnpackBackend"]
 
@@ -136,9 +137,10 @@ def test_bundle_contents_match_lock_and_runtime_config(suite: Built) -> None:
     assert enc["threads"] == 4 and enc["warmup"] == 1 and enc["backend"] == "xnnpack"
     (forward,) = enc["methods"]
     assert forward["inputs"] == [{"name": "tokens", "dtype": "int64", "shape": [
-        {"value": 1, "min": 1, "max": 1}, {"value": -1, "symbol": "seq", "min": 4, "max": 32}]}]
+        {"value": 1, "min": 1, "max": 1, "multiple_of": 1},
+        {"value": -1, "symbol": "seq", "min": 4, "max": 32, "multiple_of": 1}]}]
     assert forward["outputs"] == [{"name": "output_0", "dtype": "float32", "shape": [
-        {"value": 1, "min": 1, "max": 1}, {"value": 64, "min": 64, "max": 64}]}]
+        {"value": 1, "min": 1, "max": 1, "multiple_of": 1}, {"value": 64, "min": 64, "max": 64, "multiple_of": 1}]}]
     assert "aten::embedding.out" in forward["operators"] and forward["delegates"] == ["XnnpackBackend"]
 
 

@@ -121,9 +121,10 @@ def test_the_bundle_carries_what_the_config_implied(hf: Built) -> None:
     programs = {p["name"]: p["methods"][0] for p in config["programs"]}
     assert [(t["name"], t["dtype"]) for t in programs["bert"]["inputs"]] == [("input_ids", "int64"),
                                                                             ("attention_mask", "int64")]
-    assert programs["bert"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 64}
+    assert programs["bert"]["inputs"][0]["shape"][1] == {"value": -1, "symbol": "seq", "min": 2, "max": 64,
+                                                         "multiple_of": 1}
     assert programs["bert"]["outputs"] == [{"name": "embedding", "dtype": "float32", "shape": [
-        {"value": 1, "min": 1, "max": 1}, {"value": 32, "min": 32, "max": 32}]}]
+        {"value": 1, "min": 1, "max": 1, "multiple_of": 1}, {"value": 32, "min": 32, "max": 32, "multiple_of": 1}]}]
     assert [d["value"] for d in programs["distilbert"]["outputs"][0]["shape"]] == [1, 3]  # num_labels
     assert [d["value"] for d in programs["vit"]["inputs"][0]["shape"]] == [1, 3, 32, 32]  # image_size
     assert [d["value"] for d in programs["wav"]["inputs"][0]["shape"]] == [1, 16000]

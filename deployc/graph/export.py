@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from deployc.errors import BuildError
+from deployc.graph.dims import BLOCKS, explain_rejected_dims
 from deployc.plan import DimPlan, InputPlan
 
 _HINTS = (
@@ -30,11 +31,20 @@ class MethodModule(torch.nn.Module):
         return getattr(self.model, self.function)(*args)
 
 
+
+
+def _symbol(d: DimPlan) -> Any:
+    if d.multiple_of == 1:
+        return torch.export.Dim(d.name, min=d.min, max=d.max)
+    k = d.multiple_of
+    return k * torch.export.Dim(d.name + BLOCKS, min=d.min // k, max=d.max // k)
+
+
 def dynamic_shapes(inputs: list[InputPlan], dims: list[DimPlan], by_name: bool) -> Any:
     """torch.export's dynamic_shapes: keyed by argument name, or (for a *args wrapper) one tuple."""
     if not dims:
         return None
-    symbols = {d.name: torch.export.Dim(d.name, min=d.min, max=d.max) for d in dims if d.max > d.min}
+    symbols = {d.name: _symbol(d) for d in dims if d.max > d.min}
     specs = [{i: symbols[s] for i, s in enumerate(inp.shape) if isinstance(s, str) and s in symbols} or None
              for inp in inputs]
     return {inp.name: spec for inp, spec in zip(inputs, specs)} if by_name else (tuple(specs),)
@@ -47,7 +57,11 @@ def export_model(model: torch.nn.Module, example: list[torch.Tensor], inputs: li
         return torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
     except Exception as exc:  # torch.export raises many types; all become a located build failure
         text = str(exc).strip()
+        rejected = explain_rejected_dims(text, dims)
+        if rejected is not None:
+            raise rejected from exc
         first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
         hint = next((h for needle, h in _HINTS if needle in text), None)
         message = f"torch.export failed: {type(exc).__name__}: {first[:400]}"
         raise BuildError(message + (f" (hint: {hint})" if hint else "")) from exc
+

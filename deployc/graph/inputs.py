@@ -16,7 +16,7 @@ def export_point(dims: list[DimPlan]) -> dict[str, int]:
     """Sizes for the export example. Never 1 where the dim may grow: torch.export specializes size 1."""
     point = {}
     for d in dims:
-        mid = (d.min + d.max) // 2
+        mid = d.middle()
         point[d.name] = max(mid, 2) if d.max >= 2 else mid
     return point
 

@@ -23,7 +23,7 @@ from deployc.errors import BuildError
 from deployc.events import Event, EventSink
 from deployc.facts import FACTS_FILE, PROGRAM_FILE, ProgramFacts, Signature, TensorFacts
 from deployc.faults import fault_point
-from deployc.plan import UnitPlan
+from deployc.plan import Export, UnitPlan
 from deployc.results import WorkerJob, WorkerResult
 
 _sink: EventSink | None = None  # where step events go; set by the executor that hosts this process
@@ -73,7 +73,8 @@ def build_program(job: WorkerJob) -> WorkerResult:
             cache.put(key, staging, unit.slug)
         except BuildError as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            return WorkerResult(key=key, status="failed", step=step, error=str(exc), warning=warning, log=log)
+            return WorkerResult(key=key, status="failed", step=step, error=str(exc), dim=getattr(exc, "dim", None),
+                                warning=warning, log=log)
         except Exception as exc:  # model code can raise anything; it is the unit's failure, not ours
             shutil.rmtree(staging, ignore_errors=True)
             return WorkerResult(key=key, status="failed", step=step, error=f"{type(exc).__name__}: {str(exc)[:500]}",
@@ -94,6 +95,28 @@ def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None
         if verifier is not None and verifier.poll() is None:
             verifier.kill()
             verifier.wait()
+
+
+def _failing_point(model: Any, export: Export, point: dict[str, int], failure: Exception) -> BuildError:
+    """Why the eager model fails at a verification point, in terms of the manifest's dims."""
+    import torch
+
+    from deployc.graph.dims import explain_failing_point
+    from deployc.graph.export import export_model
+    from deployc.graph.inputs import export_point, make_inputs
+
+    def runs(at: dict[str, int]) -> bool:
+        try:
+            with torch.no_grad():
+                model(*make_inputs(export.inputs, at, export.seed))
+            return True
+        except Exception:  # model code: any failure means the size does not work
+            return False
+
+    def export_at(at: dict[str, int]) -> Any:
+        return export_model(model, make_inputs(export.inputs, at, export.seed), export.inputs, export.dims)
+
+    return explain_failing_point(export.dims, export_point(export.dims), point, failure, runs, export_at)
 
 
 def _flatten(value: Any) -> list[Any]:
@@ -140,8 +163,16 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     for name, _, inputs in signatures:
         checks += [(name, p, make_inputs(inputs, p, export.seed + 1 + i)) for i, p in enumerate(unit.verify.points)]
     functions = {name: getattr(model, function) for name, function, _ in signatures}
+    references = []
     with torch.no_grad():
-        references = [[t.detach().clone() for t in _flatten(functions[name](*inp))] for name, _, inp in checks]
+        for name, point, inp in checks:
+            try:
+                references.append([t.detach().clone() for t in _flatten(functions[name](*inp))])
+            except Exception as exc:
+                if name != "forward" or not export.dims:
+                    raise
+                at("export")  # what torch.export makes of the declared dims says why
+                raise _failing_point(model, export, point, exc) from exc
     lap("load")
 
     at("quantize" if recipe.method == "torchao" else "export")

@@ -63,7 +63,7 @@ def _verification(v: Verification) -> dict[str, Any]:
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
     facts, verification = r.facts, r.verification
     assert facts is not None and verification is not None  # only built units are packaged
-    dims = {d.name: {"min": d.min, "max": d.max} for d in facts.dims}
+    dims = {d.name: {"min": d.min, "max": d.max, "multiple_of": d.multiple_of} for d in facts.dims}
     package = r.unit.package
     methods = []
     for name, m in sorted(facts.methods.items()):

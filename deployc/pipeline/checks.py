@@ -216,7 +216,13 @@ class _Checker:
         if not isinstance(source, TokenizeStage):
             return
         for d in shape:
-            if isinstance(d, str) and d in spec.dims and spec.dims[d].max < source.max_length:
+            if isinstance(d, str) and d in spec.dims and spec.dims[d].multiple_of and len(set(spec.dims[d].bounds())) > 1:
+                self.err(self.stage_path(name, field), f"{self.where(name, field)}: stage '{source.name}' "
+                         f"produces any number of tokens, but model '{model}' input '{port}' takes {d} in "
+                         f"multiples of {spec.dims[d].multiple_of}; a tokenize stage cannot feed it yet",
+                         f"make {d} static instead ({d}: {{min: N, max: N}}, N a multiple): the tokenize stage "
+                         "then pads to N")
+            elif isinstance(d, str) and d in spec.dims and spec.dims[d].max < source.max_length:
                 self.err(self.stage_path(name, field), f"{self.where(name, field)}: stage '{source.name}' "
                          f"produces up to {source.max_length} tokens, but model '{model}' input '{port}' "
                          f"allows {d} <= {spec.dims[d].max}")

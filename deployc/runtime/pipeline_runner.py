@@ -86,10 +86,13 @@ class Bundle:
                 raise UserError.at(self.folder, f"program {program} input {spec['name']}: rank {t.ndim}, "
                                                 f"declared {len(spec['shape'])}")
             for axis, (d, size) in enumerate(zip(spec["shape"], t.shape)):
+                name = d.get("symbol") or f"dim {axis}"
                 if not d["min"] <= size <= d["max"]:
-                    name = d.get("symbol") or f"dim {axis}"
                     raise UserError.at(self.folder, f"program {program} input {spec['name']}: {name} = {size} is "
                                                     f"outside the declared range [{d['min']}, {d['max']}]")
+                if size % d.get("multiple_of", 1):
+                    raise UserError.at(self.folder, f"program {program} input {spec['name']}: {name} = {size} is "
+                                                    f"not a multiple of {d['multiple_of']}")
 
     def call(self, program: str, tensors: list[np.ndarray], method: str = "forward") -> list[np.ndarray]:
         import torch

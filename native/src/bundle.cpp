@@ -230,6 +230,12 @@ Failure Bundle::check_inputs(const ProgramSpec& p, const MethodSpec& m, const st
             << " = " << a.shape[axis] << " is outside the declared range [" << lo << ", " << hi << "]";
         return fail(2, msg.str());
       }
+      if (d.value < 0 && d.multiple_of > 1 && a.shape[axis] % d.multiple_of != 0) {
+        std::ostringstream msg;
+        msg << p.name << " input " << spec.name << ": " << (d.symbol.empty() ? "dim " + std::to_string(axis) : d.symbol)
+            << " = " << a.shape[axis] << " is not a multiple of " << d.multiple_of;
+        return fail(2, msg.str());
+      }
     }
   }
   return {};

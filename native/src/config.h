@@ -12,6 +12,7 @@ struct Dim {
   int64_t value = -1;  // >= 0: fixed size; -1: dynamic within [min, max]
   std::string symbol;
   int64_t min = 0, max = 0;
+  int64_t multiple_of = 1;
 };
 
 struct TensorSpec {

@@ -24,7 +24,7 @@ std::vector<TensorSpec> tensors(const flatbuffers::Vector<flatbuffers::Offset<fb
   for (const auto* t : *v) {
     TensorSpec spec{str(t->name()), str(t->dtype()), {}};
     if (t->shape())
-      for (const auto* d : *t->shape()) spec.shape.push_back(Dim{d->value(), str(d->symbol()), d->min(), d->max()});
+      for (const auto* d : *t->shape()) spec.shape.push_back(Dim{d->value(), str(d->symbol()), d->min(), d->max(), d->multiple_of()});
     out.push_back(spec);
   }
   return out;
