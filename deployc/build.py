@@ -72,7 +72,7 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
             step="cache", error="the built program vanished from the cache")})
     facts = ProgramFacts.model_validate_json(entry.file(FACTS_FILE).read_text())
     v = unit.verify
-    tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs)
+    tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs, tokens=v.min_tokens)
     measured = facts.measurement
     failure = None
     if not v.run:
@@ -82,8 +82,11 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
         failure = Failure(step="verify", error=measured.reason)
     else:
         missed = judge(measured.summary, v.min_cosine, v.min_sqnr_db, v.max_abs)
+        if v.min_tokens and (measured.tokens is None or measured.tokens.matched < v.min_tokens):
+            got = f"{measured.tokens.matched} of {measured.tokens.generated}" if measured.tokens else "none"
+            missed.append(f"greedy tokens equal to eager's: {got} (the first {v.min_tokens} must be)")
         verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
-                                    points=measured.points, tolerance=tolerance)
+                                    points=measured.points, tokens=measured.tokens, tolerance=tolerance)
         if missed:
             failure = Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
     mismatch = output_problem(unit, facts)

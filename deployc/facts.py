@@ -53,11 +53,20 @@ class PointMetrics(Frozen):
     outputs: list[Metrics]
 
 
+class TokenParity(Frozen):
+    """Greedy generation from fixed prompts, program against eager."""
+
+    prompts: int
+    generated: int  # tokens per prompt
+    matched: int  # leading tokens equal to eager's, on the worst prompt
+
+
 class Measurement(Frozen):
     status: Literal["measured", "error", "not-run"]
     reason: str = ""
     points: list[PointMetrics] = []
     summary: Summary | None = None
+    tokens: TokenParity | None = None  # text-generation programs
     latency_ms: float | None = None  # median of the middle point's forward, on this host
     load_s: float | None = None
 

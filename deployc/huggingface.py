@@ -176,9 +176,72 @@ def derive(model: HfModel, task: str) -> dict[str, Any]:
         inputs = {"input_values": {"shape": [1, 16000], "dtype": "float32", "range": [-1.0, 1.0]}}
         return {"inputs": inputs, "outputs": {"embedding": {"shape": [1, hidden]}}, "dims": {}}
     if task == "text-generation":
-        raise HfProblem("text generation from a Hugging Face directory (a KV-cache decoder program) is not "
-                        "supported yet; build the decoder with a factory (docs/pipeline.md)")
+        return _generation(model)
     raise HfProblem(f"task {task} cannot derive inputs; declare them")
+
+
+# Decoders deployc builds as KV-cache programs (deployc/graph/decoder.py); SmolLM and TinyLlama are llama.
+DECODER_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new")
+# A generation program's default context: a real checkpoint's max_position_embeddings (32k, 128k) would
+# make a KV cache of gigabytes; set dims.seq.max to change it.
+DEFAULT_CONTEXT = 2048
+
+
+def decoder_config_problem(config: dict[str, Any]) -> str | None:
+    """Why deployc cannot build this config as a KV-cache decoder, or None."""
+    kind = config.get("model_type")
+    if kind not in DECODER_TYPES:
+        return (f"text generation from a directory supports the decoder architectures {', '.join(DECODER_TYPES)} "
+                f"(SmolLM and TinyLlama are llama); model_type '{kind}' is not one of them")
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        if not isinstance(config.get(field), int):
+            return f"config.json has no {field}"
+    act = config.get("hidden_activation") or config.get("hidden_act") or "silu"
+    if act not in _ACTIVATIONS:
+        return f"config.json's activation '{act}' is not one deployc's decoder has ({', '.join(_ACTIVATIONS)})"
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    kind_of_rope = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if kind_of_rope not in ("default", "llama3"):
+        return f"rotary scaling '{kind_of_rope}' is not supported (default and llama3 are)"
+    if isinstance(rope, dict) and rope.get("partial_rotary_factor", 1.0) != 1.0:
+        return "partial rotary embeddings are not supported"
+    heads, kv = config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"]
+    if heads % kv:
+        return f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
+    return None
+
+
+def _token_ids(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def _generation(model: HfModel) -> dict[str, Any]:
+    c = model.config
+    problem = decoder_config_problem(c)
+    if problem:
+        raise HfProblem(problem)
+    vocab = int(c["vocab_size"])
+    context = min(_max_positions(model), DEFAULT_CONTEXT)
+    generation: dict[str, Any] = {}
+    f = model.folder / "generation_config.json"
+    if f.is_file():
+        try:
+            loaded = json.loads(f.read_text())
+            generation = loaded if isinstance(loaded, dict) else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HfProblem(f"{f} is not valid JSON: {exc}") from None
+    constants: dict[str, Any] = {"vocab_size": vocab, "max_seq_len": context}
+    bos = _token_ids(generation.get("bos_token_id", c.get("bos_token_id")))
+    if bos:
+        constants["bos_id"] = bos[0]
+    constants["eos_ids"] = _token_ids(generation.get("eos_token_id", c.get("eos_token_id")))
+    inputs = {"tokens": {"shape": [1, "seq"], "dtype": "int64", "range": [0, vocab - 1]},
+              "input_pos": {"shape": ["seq"], "dtype": "int64", "fill": "arange"}}
+    return {"inputs": inputs, "outputs": {"logits": {"shape": [1, vocab]}}, "dims": {"seq": {"min": 1, "max": context}},
+            "constants": constants}
 
 
 def tokenizer_file(folder: Path) -> Path | None:

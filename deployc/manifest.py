@@ -119,10 +119,18 @@ class QuantSpec(Frozen):
 Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
 
 
+# Greedy tokens generated from each fixed prompt when a text-generation program is verified.
+GENERATION_TOKENS = 8
+
+
 class VerifySpec(Frozen):
     min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
     min_sqnr_db: float | None = None
     max_abs: Annotated[float, Field(ge=0.0)] | None = None
+    tokens: Annotated[int, Field(ge=0, le=GENERATION_TOKENS)] | None = Field(
+        default=None, description="text-generation models: how many leading greedy tokens must equal eager "
+                                  f"PyTorch's on the fixed prompts (0-{GENERATION_TOKENS}; {GENERATION_TOKENS} are "
+                                  "always measured and reported; default 0 requires none)")
     enabled: bool = True
 
 
@@ -315,6 +323,12 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
         if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
             err((*base,), f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
                 "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
+        verify_places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
+                                                                for t, o in model.overrides.items()]
+        for path, v in verify_places:
+            if v is not None and v.tokens and model.task != "text-generation":
+                err((*path, "tokens"), f"{'.'.join(map(str, path))}.tokens: token parity applies to text-generation "
+                    f"models; models.{name} has task {model.task}")
         used: set[str] = set()
         signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
                                                       for meth, spec in model.methods.items()]

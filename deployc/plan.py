@@ -73,7 +73,8 @@ class LoadModel(Frozen):
     factory: str | None  # 'module:callable', or None for a Hugging Face directory
     huggingface: str | None = None  # the model directory, relative to the manifest
     task: str = "other"  # with a directory: which transformers class to build
-    derived: list[str] = []  # fields taken from the directory's config (inputs, outputs, dims)
+    derived: list[str] = []  # fields taken from the directory's config (inputs, outputs, dims, constants)
+    context: int | None = None  # a decoder from a directory: the positions its KV cache holds
     kwargs: dict[str, Any]
     checkpoint: str | None  # path relative to the manifest
     checkpoint_sha256: str | None
@@ -130,6 +131,8 @@ class Verify(Frozen):
     min_cosine: float
     min_sqnr_db: float
     max_abs: float | None
+    generate: int = 0  # greedy tokens per fixed prompt compared with eager (text-generation programs); 0: none
+    min_tokens: int = 0  # of them, how many leading ones must match
 
 
 class CheckBudget(Frozen):

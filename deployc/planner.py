@@ -44,6 +44,7 @@ from deployc.plan import (
     Verify,
 )
 from deployc.project import Project
+from deployc.manifest import GENERATION_TOKENS, ModelSpec
 from deployc.quantization import SCHEMES, Recipe
 from deployc.resolve import (
     DEFAULT_FLOAT_RANGE,
@@ -204,12 +205,13 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         directory = folder / (spec.source.huggingface or "")
         sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=inputs.add(f, "model weights"))
                    for f in huggingface.read(directory).files()]
-        packages = imported_versions(("transformers", "safetensors"))
+        loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
+        packages = imported_versions(loaders)
     steps: list[Any] = [
         LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
                   derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
                   checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
-                  seed=spec.seed, sources=sources, packages=packages),
+                  seed=spec.seed, sources=sources, packages=packages, context=_context(spec)),
         Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
         Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
@@ -217,7 +219,8 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
               toolchain=toolchain.backends[unit.backend].facts),
         Serialize(),
         Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
-               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs),
+               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=_generated_tokens(spec, dims),
+               min_tokens=tol.tokens or 0),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
         Package(file=layout.program_file(r.model), task=spec.task, outputs=_outputs(spec.outputs),
                 method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
@@ -238,6 +241,22 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                     quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
                     warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at,
                     dims_at=_dims_at(project, r))
+
+
+def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
+    """Token parity is checked on programs with the decoder interface the generate stage drives, where a
+    call may take one token (decoding)."""
+    seq = next((d for d in dims if d.name == "seq"), None)
+    if (spec.task == "text-generation" and list(spec.inputs) == ["tokens", "input_pos"] and not spec.methods
+            and seq is not None and seq.min == 1 and "max_seq_len" in spec.constants):
+        return GENERATION_TOKENS
+    return 0
+
+
+def _context(spec: ModelSpec) -> int | None:
+    if spec.source.huggingface is None or spec.task != "text-generation":
+        return None
+    return int(spec.constants["max_seq_len"])  # type: ignore[call-overload]  # derived when left out
 
 
 def _dims_at(project: Project, r: ResolvedModel) -> dict[str, Declared]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from deployc.errors import Diagnostic, UserError
 from deployc import huggingface
-from deployc.manifest import DimSpec, InputSpec, Manifest, OutputSpec, check_references, parse_manifest
+from deployc.manifest import DimSpec, InputSpec, Manifest, ModelSpec, OutputSpec, check_references, parse_manifest
 from deployc.pipeline.checks import check_pipeline
 from deployc.schema_errors import closest
 from deployc.sources import find_module_file, module_roots
@@ -113,10 +113,36 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
             update["dims"] = {**{k: DimSpec.model_validate(v) for k, v in implied["dims"].items()}, **spec.dims}
         if not spec.outputs:
             update["outputs"] = {k: OutputSpec.model_validate(v) for k, v in implied["outputs"].items()}
+        if "constants" in implied:  # a decoder: its token ids and context, each unless the manifest sets it
+            constants = {**implied["constants"], **spec.constants}
+            dims = dict(update.get("dims", spec.dims))  # type: ignore[call-overload]
+            if "seq" in dims and "seq" not in spec.dims and "max_seq_len" in spec.constants:
+                declared = int(spec.constants["max_seq_len"])  # type: ignore[call-overload]
+                dims["seq"] = dims["seq"].model_copy(update={"max": min(dims["seq"].max, declared)})
+                update["dims"] = dims
+            elif "seq" in dims and "max_seq_len" not in spec.constants:
+                constants["max_seq_len"] = dims["seq"].max  # the KV cache holds as many positions as seq allows
+            if constants != spec.constants:
+                update["constants"] = constants
+            problems.extend(_beyond_context(name, spec, constants["max_seq_len"], doc))
         if update:
             models[name] = spec.model_copy(update=update)
             derived[name] = tuple(sorted(update))
     return m.model_copy(update={"models": models}), derived
+
+
+def _beyond_context(name: str, spec: ModelSpec, context: int, doc: Document) -> list[Diagnostic]:
+    """A decoder's seq dim, anywhere, must fit in its KV cache."""
+    found = []
+    places = [(("models", name, "dims", "seq"), spec.dims.get("seq"))] + [
+        (("models", name, "overrides", target, "dims", "seq"), o.dims.get("seq"))
+        for target, o in spec.overrides.items()]
+    for path, dim in places:
+        if dim is not None and dim.max > context:
+            found.append(Diagnostic(doc.locate(path), f"{'.'.join(path)}: max {dim.max} is beyond the KV cache of "
+                                    f"constants.max_seq_len {context} positions",
+                                    f"lower it to {context} or raise constants.max_seq_len"))
+    return found
 
 
 def _sorted(problems: list[Diagnostic]) -> list[Diagnostic]:

@@ -19,6 +19,7 @@ class Tolerances:
     min_cosine: float
     min_sqnr_db: float
     max_abs: float | None
+    tokens: int | None
     enabled: bool
 
 
@@ -44,7 +45,7 @@ class ResolvedModel:
 def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
     s = SCHEMES[scheme]
     values: dict[str, object] = {"min_cosine": s.min_cosine, "min_sqnr_db": s.min_sqnr_db, "max_abs": None,
-                                 "enabled": True}
+                                 "tokens": None, "enabled": True}
     for layer in layers:
         if layer is not None:
             values.update({k: v for k, v in layer.model_dump().items() if k in layer.model_fields_set})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from deployc.errors import Location
-from deployc.facts import PointMetrics, ProgramFacts, Summary
+from deployc.facts import PointMetrics, ProgramFacts, Summary, TokenParity
 from deployc.plan import UnitPlan
 from deployc.release import ReleaseStatus
 from deployc.schema_base import Frozen
@@ -50,6 +50,7 @@ class Tolerance(Frozen):
     min_cosine: float
     min_sqnr_db: float
     max_abs: float | None
+    tokens: int = 0  # leading greedy tokens that must equal eager's (text-generation programs)
 
 
 class Verification(Frozen):
@@ -57,6 +58,7 @@ class Verification(Frozen):
     reason: str = ""
     metrics: Summary | None = None
     points: list[PointMetrics] = []
+    tokens: TokenParity | None = None
     tolerance: Tolerance
 
 

@@ -48,8 +48,11 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         if u.load.derived and u.model not in shown:
             shown.add(u.model)
             tensors = ", ".join(f"{i.name} {i.dtype}[{', '.join(map(str, i.shape))}]" for i in u.export.inputs)
+            c = u.lower.constants
+            generation = (f"; KV cache of {u.load.context} positions, bos {c.get('bos_id', '-')}, eos "
+                          f"{c.get('eos_ids', [])}" if u.load.context else "")
             console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
-                           f"(task {u.load.task}): {tensors}")
+                           f"(task {u.load.task}): {tensors}{generation}")
     for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
@@ -83,6 +86,8 @@ def render_build(console: Console, report: BuildReport) -> None:
         vtext: str = v.status if v else "-"
         if v and v.metrics:
             vtext += f" (cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB)"
+        if v and v.tokens:
+            vtext += f", tokens {v.tokens.matched}/{v.tokens.generated}"
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",

@@ -188,7 +188,8 @@ def test_a_directory_deployc_cannot_load_is_a_located_error(tmp_path: Path, brea
     ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit}\n    inputs: {image: {shape: [1, 3, 32, 32]}}\n",
      "models.vit.inputs: a Hugging Face image-classification model takes pixel_values (in this order); got image"),
     ("  bert:\n    task: text-generation\n    source: {huggingface: hf/bert}\n",
-     "text generation from a Hugging Face directory (a KV-cache decoder program) is not supported yet"),
+     "models.bert.source.huggingface: text generation from a directory supports the decoder architectures "
+     "llama, mistral, qwen2, qwen3, gemma (SmolLM and TinyLlama are llama); model_type 'bert' is not one of them"),
     ("  mlp:\n    source: {factory: 'models.small:mlp'}\n",
      "models.mlp.inputs: required (only a Hugging Face source can derive them)"),
 ])

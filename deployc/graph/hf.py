@@ -85,7 +85,13 @@ class FeaturesEmbedding(nn.Module):
         return _pool(self.model(input_features=input_features))
 
 
-def load_directory(folder: Path, task: str) -> nn.Module:
+def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Module:
+    if task == "text-generation":  # deployc's own KV-cache decoder, not transformers' (see decoder.py)
+        from deployc.graph.decoder import load_decoder
+
+        if context is None:
+            raise BuildError("a decoder from a directory needs its context (constants.max_seq_len)")
+        return load_decoder(folder, context)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers

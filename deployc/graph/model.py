@@ -45,7 +45,7 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
 
         directory = manifest_dir / step.huggingface
         _check_sources(step, directory)
-        model = load_directory(directory, step.task)
+        model = load_directory(directory, step.task, step.context)
     else:
         model = _from_factory(step, manifest_dir)
     if step.checkpoint is not None:
@@ -67,4 +67,7 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
         except RuntimeError as exc:  # missing keys, unexpected keys, shape mismatches
             first = next(iter(str(exc).strip().splitlines()), "")
             raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
-    return model.eval()
+    # Inference only. Parameters that require grad make lowering refuse in-place buffer updates (a
+    # KV cache written with index_copy_: "a leaf Variable that requires grad is being used in an
+    # in-place operation").
+    return model.eval().requires_grad_(False)

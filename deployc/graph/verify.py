@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deployc.facts import Measurement, PointMetrics, SizeRange, TensorFacts
+from deployc.facts import Measurement, PointMetrics, SizeRange, TensorFacts, TokenParity
 from deployc.graph.metrics import compare, summarize
 
 VERIFY_TIMEOUT_S = 900
@@ -40,12 +40,20 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 
 
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
-           log: Any = None) -> Measurement:
+           log: Any = None, sequences: list[list[int]] | None = None) -> Measurement:
+    """`sequences`: per fixed prompt, the indexes of the checks that generate from it (text-generation
+    programs); they are compared by the tokens they choose, the other checks by the metrics."""
     import torch
 
+    from deployc.graph.parity import leading_matches
+
+    sequences = sequences or []
+    generating = {i for s in sequences for i in s}
+    forward = [i for i, (method, _, _) in enumerate(checks) if method == "forward" and i not in generating]
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
-        torch.save([(method, inputs) for method, _, inputs in checks], inputs_path)
+        torch.save({"checks": [(method, inputs) for method, _, inputs in checks],
+                    "timed": forward[len(forward) // 2]}, inputs_path)
         try:
             _, stderr = verifier.communicate(f"{pte} {inputs_path} {outputs_path}\n", timeout=VERIFY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -61,7 +69,9 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
             return Measurement(status="error", reason=f"executorch.runtime crashed ({how}): {tail[:400]}")
         result = torch.load(outputs_path, weights_only=True)
     measured = []
-    for (method, size, _), ref, got in zip(checks, references, result["outputs"]):
+    for i, ((method, size, _), ref, got) in enumerate(zip(checks, references, result["outputs"])):
+        if i in generating:
+            continue
         if len(ref) != len(got):
             return Measurement(status="error", reason=f"program returned {len(got)} outputs, eager {len(ref)}")
         try:
@@ -69,5 +79,9 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         except ValueError as exc:
             return Measurement(status="error", reason=f"at {size}: {exc}")
         measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
-    return Measurement(status="measured", points=measured, summary=summarize(measured),
+    tokens = None
+    if sequences:
+        matched = min(leading_matches([references[i] for i in s], [result["outputs"][i] for i in s]) for s in sequences)
+        tokens = TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=matched)
+    return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens,
                        latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))

@@ -173,6 +173,15 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                     raise
                 at("export")  # what torch.export makes of the declared dims says why
                 raise _failing_point(model, export, point, exc) from exc
+    sequences: list[list[int]] = []
+    if unit.verify.generate:
+        from deployc.graph.parity import generation_checks
+
+        context = int(unit.lower.constants.get("max_seq_len", 0))  # type: ignore[arg-type]
+        for calls, refs in generation_checks(model, export, unit.verify.generate, context, export.seed):
+            sequences.append(list(range(len(checks), len(checks) + len(calls))))
+            checks += calls
+            references += refs
     lap("load")
 
     at("quantize" if recipe.method == "torchao" else "export")
@@ -206,7 +215,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                for name, _, _ in signatures}
     if verifier is not None:
         at("verify")
-        measurement = verify(pte, checks, references, verifier, log)
+        measurement = verify(pte, checks, references, verifier, log, sequences)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)
