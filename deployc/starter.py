@@ -126,18 +126,34 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
     if p.derived["dims"]:
         lines += ["    dims:", *(f"      {k}: {_flow(v)}" for k, v in p.derived["dims"].items())]
     lines += ["    outputs:", *(f"      {k}: {_flow(v)}" for k, v in p.derived["outputs"].items())]
+    if "constants" in p.derived:
+        lines += ["    # Token ids from config.json and generation_config.json; max_seq_len is the KV cache's length.",
+                  f"    constants: {_flow(p.derived['constants'])}"]
     why = ("static int8, calibrated: quantizes the convolutions too" if scheme == "w8a8"
            else "8-bit dynamic activations, 8-bit weights: no calibration data needed" if scheme == "8da8w"
+           else "4-bit grouped weights, 8-bit dynamic activations: the usual scheme for LLMs" if scheme == "8da4w"
            else "the scheme every target's units accept")
     lines.append(f"    quantization: {scheme}  # {why} (docs/manifest.md#quantization)")
     if overrides:
         lines.append("    overrides:  # targets whose units do not take the scheme above")
         lines += [f"      {t}: {{quantization: {s}}}" for t, s in overrides.items()]
     lines.append("    # verify: {min_cosine: 0.99, min_sqnr_db: 20}  # tolerances against eager PyTorch (default: the scheme's)")
-    if p.task in ("embedding", "text-classification") and not p.tokenizer:
+    if p.task in huggingface.TEXT_TASKS and not p.tokenizer:
         lines.append(f"# No pipeline: {p.source} has no tokenizer.json to turn text into input_ids "
                      "(docs/pipeline.md shows one).")
-    if p.tokenizer:
+    if p.tokenizer and p.task == "text-generation":
+        lines += [
+            "# The app's side: a prompt in, tokenized with the directory's tokenizer.json, greedy decoding out.",
+            "pipeline:",
+            "  inputs: {prompt: {type: text}}",
+            "  outputs: {answer: answer.text}",
+            "  tokenizers:",
+            f"    tokenizer: {{huggingface: {_flow(p.source)}}}",
+            "  stages:",
+            f"    - {{name: answer, op: generate, model: {p.name}, tokenizer: tokenizer, prompt: prompt, "
+            f"max_new_tokens: {min(64, p.derived['constants']['max_seq_len'] // 2)}}}",
+        ]
+    elif p.tokenizer:
         output = "embedding" if p.task == "embedding" else "logits"
         stage = "embed" if p.task == "embedding" else "classify"
         max_length = seq["max"] if seq else 128
@@ -227,7 +243,7 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
 
         targets = list(profile_origins(folder))
     parts = _Parts(name=name, source=Path(os.path.relpath(model_dir.resolve(), folder)).as_posix(), task=chosen,
-                   derived=derived, tokenizer=chosen in ("embedding", "text-classification")
+                   derived=derived, tokenizer=chosen in huggingface.TEXT_TASKS
                    and huggingface.tokenizer_file(model_dir) is not None,
                    architecture=", ".join(model.config.get("architectures") or [model.model_type]),
                    target_notes=_target_notes(targets, folder), file=path.name)
@@ -235,6 +251,9 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
     if model.model_type in _CONV_FAMILIES:
         order.remove("w8a8")
         order.insert(0, "w8a8")
+    if chosen == "text-generation":
+        order.remove("8da4w")
+        order.insert(0, "8da4w")
     takes = {s: [t for t in targets if _plans(_render(parts, [t], s, {}), folder, t, planner)] for s in order}
     scheme = max(order, key=lambda s: len(takes[s]))  # max keeps the first of equals: the preferred one
     overrides: dict[str, str] = {}

@@ -99,8 +99,8 @@ def test_an_existing_manifest_is_never_overwritten(project: Path, dirs: Path, cl
 
 @pytest.mark.parametrize("args,config,expected", [
     (["--task", "bogus"], None, "--task bogus: not a task; one of embedding, text-classification"),
-    ([], {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 100},
-     "llama/config.json: error: text generation from a Hugging Face directory"),
+    ([], {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 100},
+     "gpt2/config.json: error: text generation from a directory supports the decoder architectures llama"),
     ([], {"model_type": "bert", "vocab_size": 100, "architectures": ["BertForNextSentencePrediction"]},
      "config.json has architectures ['BertForNextSentencePrediction'], which does not say the task; pass --task"),
     (["--target", "nowhere"], None, "unknown target profile 'nowhere'"),
@@ -111,6 +111,22 @@ def test_what_init_cannot_do_is_said(project: Path, dirs: Path, cli, args: list[
     r = cli("init", str(folder.relative_to(project)) if config else str(folder), *args)
     assert r.code == 2 and expected in r.err, r.err
     assert sorted(p.name for p in project.glob("*.yaml")) == []
+
+
+def test_a_decoder_gets_a_generation_manifest(project: Path, cli) -> None:
+    from test_decoder import save_decoder
+
+    save_decoder(project / "tiny-llama", "llama")
+    r = cli("init", "tiny-llama", "--target", "arduino_q")
+    assert r.code == 0, r.err
+    assert "wrote tiny_llama.yaml (text-generation; arduino_q: 8da4w)" in r.out
+    data = yaml.safe_load((project / "tiny_llama.yaml").read_text())
+    model = data["models"]["tiny_llama"]
+    assert list(model["inputs"]) == ["tokens", "input_pos"] and model["dims"] == {"seq": {"min": 1, "max": 64}}
+    assert model["constants"] == {"vocab_size": 120, "max_seq_len": 64, "bos_id": 1, "eos_ids": [2]}
+    assert data["pipeline"]["stages"] == [{"name": "answer", "op": "generate", "model": "tiny_llama",
+                                           "tokenizer": "tokenizer", "prompt": "prompt", "max_new_tokens": 32}]
+    assert cli("plan", "tiny_llama.yaml").code == 0
 
 
 def test_a_folder_that_is_not_a_model_is_named(project: Path, cli) -> None:
