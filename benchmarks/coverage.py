@@ -35,6 +35,9 @@ def _cell(unit: dict | None, made: str | None) -> str:
         m, t = v["metrics"], v.get("tokens")
         tokens = f", tok {t['matched']}/{t['generated']}" if t else ""
         return f"ok {m['min_cosine']:.4f} / {m['min_sqnr_db']:.1f} dB{tokens}"
+    if v.get("status") == "failed" and v.get("metrics"):
+        m = v["metrics"]
+        return f"missed {m['min_cosine']:.4f} / {m['min_sqnr_db']:.1f} dB"
     return error_class(unit.get("failure")) or unit["status"]
 
 
