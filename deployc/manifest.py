@@ -114,6 +114,10 @@ class QuantSpec(Frozen):
         default=None, description="weights per quantization group (4w, 8da4w, 16a4w); default 32")
     calibration: Calibration | None = Field(
         default=None, description="calibration inputs for static schemes (w8a8, 16a8w, 16a4w)")
+    embeddings: bool = Field(
+        default=True, description="quantize embedding tables too, where the backend has quantized embedding "
+                                  "kernels (XNNPACK 8da8w: int8 per row; 8da4w: int4 in groups); false keeps "
+                                  "them float")
 
 
 Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]

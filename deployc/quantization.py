@@ -50,6 +50,7 @@ class Recipe(Frozen):
     scheme: SchemeName
     method: Method
     group_size: int | None = None
+    embedding_bits: int | None = None  # embedding tables quantized to this many bits (weight-only); None: float
     calibration_samples: int | None = None
     calibration_seed: int | None = None
     calibration_dataset: str | None = None  # relative to the manifest

@@ -108,7 +108,7 @@ def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:
 def test_generation_matches_the_eager_model(rag: Path) -> None:
     import torch
 
-    from deployc.graph.quantize import torchao_quantize
+    from deployc.graph.quantize import quantize_embeddings, torchao_quantize
     from deployc.quantization import Recipe
     from deployc.runtime.generation import generate
     from deployc.targets.backends import BACKENDS
@@ -117,8 +117,9 @@ def test_generation_matches_the_eager_model(rag: Path) -> None:
     bundle = _bundle(rag)
     torch.manual_seed(0)  # the model's seed in the manifest; deployc seeds before calling the factory
     eager = build(vocab_size=30522, dim=128, layers=2, heads=4, hidden=256, max_seq_len=384)
-    recipe = Recipe(scheme="8da4w", method="torchao", group_size=32)
+    recipe = Recipe(scheme="8da4w", method="torchao", group_size=32, embedding_bits=4)
     torchao_quantize(eager, BACKENDS["xnnpack"].quantizer(recipe, {}), recipe.group_size)
+    quantize_embeddings(eager, BACKENDS["xnnpack"].embedding_quantizer(recipe), recipe.group_size)
     prompt = [101, 2129, 2079, 6970, 6776, 2156, 2073, 1996, 4870, 2024, 1029]
 
     def eager_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:

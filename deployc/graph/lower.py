@@ -22,7 +22,10 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
     try:
         edge = backend.to_edge(programs, recipe, step.options, step.constants)
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
-        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config()))
+        # Quantized embedding tables export as dequantize + embedding; the fusion pass turns them into
+        # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).
+        fusion = {"do_quant_fusion_and_const_prop": True} if recipe.embedding_bits else {}
+        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion))
     except BuildError:
         raise
     except Exception as exc:

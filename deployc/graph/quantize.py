@@ -30,6 +30,28 @@ def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None
     return model
 
 
+def quantize_embeddings(model: torch.nn.Module, config: Any, group_size: int | None) -> list[str]:
+    """Quantize the model's embedding tables (weight-only) in place; returns the tables that stayed
+    float because their width does not divide into the groups."""
+    from torchao.quantization import quantize_
+
+    skipped: list[str] = []
+
+    def eligible(module: torch.nn.Module, fqn: str) -> bool:
+        if not isinstance(module, torch.nn.Embedding):
+            return False
+        if group_size is not None and module.embedding_dim % group_size:
+            skipped.append(fqn)
+            return False
+        # padding_idx changes only gradients, but an embedding call that passes it does not match
+        # ExecuTorch's quantized-embedding fusion, which leaves an op the runtime lacks (measured on BERT).
+        module.padding_idx = None
+        return True
+
+    quantize_(model, config, filter_fn=eligible)
+    return skipped
+
+
 def _floating(node: Any, model: torch.fx.GraphModule) -> bool:
     """Whether a graph value is a floating-point tensor (unknown values count as floating). Lifted
     constants (get_attr) carry no value in their metadata: their tensor is looked up."""

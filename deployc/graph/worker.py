@@ -137,6 +137,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     from deployc.graph.quantize import (
         calibration_samples,
         pt2e_quantize,
+        quantize_embeddings,
         torchao_quantize,
     )
     from deployc.graph.verify import output_facts, verify
@@ -187,6 +188,9 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
         model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size)
+        if recipe.embedding_bits:
+            group = recipe.group_size if recipe.embedding_bits == 4 else None
+            quantize_embeddings(model, backend.embedding_quantizer(recipe), group)
         lap("quantize")
         at("export")
     programs = {name: export_model(model if name == "forward" else MethodModule(model, function), examples[name],

@@ -16,6 +16,10 @@ def _c() -> Any:
     import torch  # noqa: F401  - loads libtorch for the extension
     from executorch.extension.pybindings import _C
 
+    # Quantized embedding tables run on ExecuTorch's quantized kernels (embedding_byte, embedding_4bit),
+    # which the extension does not register itself; this library registers them with its runtime.
+    import executorch.kernels.quantized  # noqa: F401
+
     return _C
 
 

@@ -69,6 +69,7 @@ class BackendBase:
     modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
+    quantized_embeddings: frozenset[str] = frozenset()  # schemes whose embedding tables it quantizes too
     not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
 
     @property
@@ -96,6 +97,8 @@ class BackendBase:
         return Recipe(
             scheme=quant.scheme, method=method,
             group_size=(quant.group_size or DEFAULT_GROUP_SIZE) if scheme.grouped else None,
+            embedding_bits=scheme.weight_bits if quant.embeddings and quant.scheme in self.quantized_embeddings
+            else None,
             calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
             calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
             calibration_dataset=cal.dataset if cal and scheme.calibrated else None,
@@ -120,6 +123,11 @@ class BackendBase:
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         """The torchao config (method torchao) or PT2E quantizer (method pt2e) for `recipe`."""
         raise BuildError(f"backend {self.name} has no quantizer for scheme {recipe.scheme}")
+
+    def embedding_quantizer(self, recipe: Recipe) -> Any:
+        """The torchao config for the model's embedding tables (recipe.embedding_bits is set)."""
+        assert recipe.embedding_bits is not None
+        return embedding_weights(recipe.embedding_bits, recipe.group_size)
 
     def partitioner_objects(self, recipe: Recipe, options: Mapping[str, Any]) -> list[Any]:
         return []
@@ -157,3 +165,19 @@ def describe_int8_dynamic_activations(weight_bits: int, group_size: int | None) 
     granularity = "PerAxis(0)" if group_size is None else f"PerGroup({group_size})"
     return (f"torchao Int8DynamicActivationIntxWeightConfig(weight_dtype=int{weight_bits}, "
             f"weight_granularity={granularity})")
+
+
+def embedding_weights(bits: int, group_size: int | None) -> Any:
+    """torchao's weight-only config for embedding tables: int8 per row, or int4 in groups. ExecuTorch
+    fuses the dequantize + embedding it exports into its quantized embedding kernels."""
+    import torch
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import IntxWeightOnlyConfig
+
+    return IntxWeightOnlyConfig(weight_dtype=torch.int8 if bits == 8 else torch.int4,  # type: ignore[attr-defined]
+                                granularity=PerAxis(0) if bits == 8 or group_size is None else PerGroup(group_size))
+
+
+def describe_embedding_weights(bits: int, group_size: int | None) -> str:
+    granularity = "PerAxis(0)" if bits == 8 or group_size is None else f"PerGroup({group_size})"
+    return f"embeddings IntxWeightOnlyConfig(weight_dtype=int{bits}, granularity={granularity})"

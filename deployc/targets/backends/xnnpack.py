@@ -9,6 +9,7 @@ from typing import Any
 from deployc.quantization import SCHEMES, Recipe
 from deployc.targets.backends.base import (
     BackendBase,
+    describe_embedding_weights,
     describe_int8_dynamic_activations,
     int8_dynamic_activations,
 )
@@ -30,7 +31,10 @@ def _off_the_residual_stream(node: Any) -> bool:
 class Xnnpack(BackendBase):
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
         if recipe.method == "torchao":
-            return describe_int8_dynamic_activations(SCHEMES[recipe.scheme].weight_bits, recipe.group_size)
+            text = describe_int8_dynamic_activations(SCHEMES[recipe.scheme].weight_bits, recipe.group_size)
+            if recipe.embedding_bits:
+                text += " + " + describe_embedding_weights(recipe.embedding_bits, recipe.group_size)
+            return text
         if recipe.method == "pt2e":
             return "PT2E XNNPACKQuantizer(symmetric, per-channel, static), calibrated"
         return super().describe(recipe, options)
@@ -55,4 +59,5 @@ class Xnnpack(BackendBase):
 
 
 BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e"},
-                  modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",))
+                  modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
+                  quantized_embeddings=frozenset({"8da8w", "8da4w"}))
