@@ -145,14 +145,27 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                                + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
             for m in p["methods"]:
                 console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators']) or '- (all delegated)'}")
+    if info.get("bytes_by_kind"):
+        console.table(_byte_kinds_table(info["bytes_by_kind"]))
     console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
     for problem in info["problems"]:
         console.result(f"  {problem}")
 
 
+def _byte_kinds_table(kinds: dict[str, dict[str, int]]) -> Table:
+    """Where each program's bytes go (deployc/pte_bytes.py says how they are told apart)."""
+    table = Table("program", "quantized weights", "float weights", "scales", "graph and other")
+    for name, k in kinds.items():
+        total = sum(k.values()) or 1
+        table.add_row(name, *(f"{format_size(k[f])} ({k[f] / total:.0%})"
+                              for f in ("quantized_weights", "float_weights", "scales", "other")))
+    return table
+
+
 def render_pte(console: Console, info: dict[str, Any]) -> None:
     console.result(f"{info['path']}: ExecuTorch program, {format_size(info['size_bytes'])}, constants "
                    f"{format_size(info['constant_bytes'])}, delegate segments {format_size(info['segment_bytes'])}")
+    console.table(_byte_kinds_table({Path(info["path"]).name: info["bytes_by_kind"]}))
     for m in info["methods"]:
         console.result(f"  {m['name']}: {m['inputs']} input(s), {m['outputs']} output(s), planned memory "
                        f"{format_size(m['planned_memory_bytes'])}, delegates {', '.join(m['delegates']) or '-'}")

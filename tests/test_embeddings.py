@@ -77,6 +77,26 @@ def test_quantized_tables_are_smaller_and_still_verified(encoders: Built, quanti
 
 
 @pytest.mark.slow
+def test_inspect_says_where_the_bytes_go(encoders: Built, cli) -> None:
+    bundle = encoders.out / "emb" / "0.1.0" / "arduino_q"
+    r = cli("inspect", str(bundle), "--json")
+    assert r.code == 0, r.err
+    import json
+
+    info = json.loads(r.out)
+    kinds = info["bytes_by_kind"]
+    for name in ("int4", "int4_float_tables", "int8", "fp32"):
+        assert sum(kinds[name].values()) == info["sizes"][f"{name}.pte"]
+    assert kinds["fp32"]["quantized_weights"] == 0 and kinds["fp32"]["scales"] == 0
+    # the 500 x 64 table moves from float weights to quantized weights (int4: 16,000 B) and scales
+    assert kinds["int4_float_tables"]["float_weights"] - kinds["int4"]["float_weights"] == 500 * 64 * 4
+    assert kinds["int4"]["quantized_weights"] - kinds["int4_float_tables"]["quantized_weights"] == 500 * 32
+    assert kinds["int8"]["quantized_weights"] > kinds["int4"]["quantized_weights"]
+    r = cli("inspect", str(bundle / "int4.pte"))
+    assert r.code == 0 and "quantized weights" in r.out and "scales" in r.out
+
+
+@pytest.mark.slow
 def test_deployc_run_executes_the_quantized_kernels(encoders: Built, tmp_path: Path) -> None:
     import numpy as np
 

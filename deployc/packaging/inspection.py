@@ -13,6 +13,7 @@ from deployc.fingerprint import file_sha256
 from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.packaging.runtime_config import ConfigError, decode, normalize
 from deployc.pte import data_bytes, method_facts, read_program
+from deployc.pte_bytes import byte_kinds
 from deployc.schema_base import Frozen
 
 
@@ -76,9 +77,13 @@ def describe_bundle(folder: Path) -> dict[str, Any]:
     config = json.loads((folder / RUNTIME_JSON).read_text())
     lock = json.loads((folder / LOCK_FILE).read_text())
     sizes = {name: info["size"] for name, info in lock["files"].items()}
+    kinds = {}
+    for p in config["programs"]:
+        data = (folder / p["file"]).read_bytes()
+        kinds[p["name"]] = byte_kinds(read_program(data), data).model_dump()
     return {"kind": "bundle", "path": str(folder), "bundle": config["bundle"], "device": config["device"],
             "programs": config["programs"], "assets": config.get("assets", []), "pipeline": config.get("pipeline"),
-            "tools": lock["tools"], "sizes": sizes, "total_bytes": sum(sizes.values())}
+            "tools": lock["tools"], "sizes": sizes, "total_bytes": sum(sizes.values()), "bytes_by_kind": kinds}
 
 
 def describe_pte(path: Path) -> dict[str, Any]:
@@ -90,7 +95,8 @@ def describe_pte(path: Path) -> dict[str, Any]:
     methods = [{"name": name, **m.model_dump()} for name, m in method_facts(program).items()]
     constant, segments = data_bytes(program)
     return {"kind": "pte", "path": str(path), "size_bytes": len(data), "methods": methods,
-            "constant_bytes": constant, "segment_bytes": segments}
+            "constant_bytes": constant, "segment_bytes": segments,
+            "bytes_by_kind": byte_kinds(program, data).model_dump()}
 
 
 def open_bundle(path: Path, scratch: tempfile.TemporaryDirectory[str]) -> Path:
