@@ -87,9 +87,10 @@ def main() -> None:
             m, t = v.get("metrics") or {}, v.get("tokens")
             size = u.get("size_bytes") or 0
             ratio = size / floor
+            tokens = f"{t['matched']}/{t['generated']}" if t else "-"
             print(f"{name:<10} {scheme:<6} {label:<11} {size:>12,} {floor:>12,} {ratio:>5.2f}x "
                   f"{'<=' + str(goal) if tag == 'q' else '':>6} {m.get('min_cosine', 0):>8.5f} "
-                  f"{m.get('min_sqnr_db', 0):>6.1f}dB {(str(t['matched']) + '/' + str(t['generated'])) if t else '-':>7}"
+                  f"{m.get('min_sqnr_db', 0):>6.1f}dB {tokens:>7}"
                   + ("" if u["status"] != "failed" else f"  FAILED: {u['failure']['error'][:80]}"))
     print(f"\n{len(units)} programs in {elapsed:.0f} s; floor = parameters x weight bits / 8 "
           f"(embedder {params['embedder']:,} params, decoder {params['llm']:,})")

@@ -113,7 +113,8 @@ def test_a_smaller_context_follows_the_declared_dims(tmp_path: Path) -> None:
     ("    dims: {seq: {min: 1, max: 32}}\n    constants: {max_seq_len: 16}\n",
      "m.yaml:9:17: error: models.llm.dims.seq: max 32 is beyond the KV cache of constants.max_seq_len 16 positions"),
     ("    dims: {seq: {min: 1, max: 16}}\n    overrides:\n      arduino_q: {dims: {seq: {min: 1, max: 40}}}\n",
-     "m.yaml:11:31: error: models.llm.overrides.arduino_q.dims.seq: max 40 is beyond the KV cache of constants.max_seq_len 16"),
+     "m.yaml:11:31: error: models.llm.overrides.arduino_q.dims.seq: max 40 is beyond the KV cache of "
+     "constants.max_seq_len 16"),
 ])
 def test_a_context_beyond_the_cache_is_a_located_error(tmp_path: Path, model_text: str, message: str, cli) -> None:
     manifest = _project(tmp_path, "  llm:\n    task: text-generation\n    source: {huggingface: hf/llama}\n"

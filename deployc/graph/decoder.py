@@ -125,6 +125,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    q_norm: RMSNorm
+    k_norm: RMSNorm
+
     def __init__(self, c: DecoderConfig, cache_len: int) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.heads, c.kv_heads, c.head_dim
@@ -200,6 +205,10 @@ class Body(nn.Module):
 
 
 class Decoder(nn.Module):
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+    positions: torch.Tensor
+
     def __init__(self, c: DecoderConfig, cache_len: int) -> None:
         super().__init__()
         self.config, self.cache_len = c, cache_len
