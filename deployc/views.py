@@ -153,7 +153,7 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
 
 
 def _byte_kinds_table(kinds: dict[str, dict[str, int]]) -> Table:
-    """Where each program's bytes go (deployc/pte_bytes.py says how they are told apart)."""
+    """Where each program's bytes go (packaging/program_bytes.py says how they are told apart)."""
     table = Table("program", "quantized weights", "float weights", "scales", "graph and other")
     for name, k in kinds.items():
         total = sum(k.values()) or 1

@@ -142,7 +142,9 @@ def test_bundle_contents_match_lock_and_runtime_config(suite: Built) -> None:
         {"value": -1, "symbol": "seq", "min": 4, "max": 32, "multiple_of": 1}]}]
     assert forward["outputs"] == [{"name": "output_0", "dtype": "float32", "shape": [
         {"value": 1, "min": 1, "max": 1, "multiple_of": 1}, {"value": 64, "min": 64, "max": 64, "multiple_of": 1}]}]
-    assert "aten::embedding.out" in forward["operators"] and forward["delegates"] == ["XnnpackBackend"]
+    # the int4 embedding table runs on ExecuTorch's quantized kernel, outside the delegate
+    assert "quantized_decomposed::embedding_4bit.out" in forward["operators"]
+    assert forward["delegates"] == ["XnnpackBackend"]
 
 
 def test_archive_is_deterministic_and_normalized(suite: Built) -> None:

@@ -13,7 +13,7 @@ from deployc.fingerprint import file_sha256
 from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.packaging.runtime_config import ConfigError, decode, normalize
 from deployc.pte import data_bytes, method_facts, read_program
-from deployc.pte_bytes import byte_kinds
+from deployc.packaging.program_bytes import byte_kinds
 from deployc.schema_base import Frozen
 
 
@@ -79,8 +79,14 @@ def describe_bundle(folder: Path) -> dict[str, Any]:
     sizes = {name: info["size"] for name, info in lock["files"].items()}
     kinds = {}
     for p in config["programs"]:
-        data = (folder / p["file"]).read_bytes()
-        kinds[p["name"]] = byte_kinds(read_program(data), data).model_dump()
+        f = folder / p["file"]
+        if not f.is_file() or f.stat().st_size != lock["files"].get(p["file"], {}).get("size"):
+            continue  # missing or changed: the lock check reports it
+        data = f.read_bytes()
+        try:
+            kinds[p["name"]] = byte_kinds(read_program(data), data).model_dump()
+        except Exception:  # a damaged program: the lock check (sha256) reports it; nothing to break down
+            continue
     return {"kind": "bundle", "path": str(folder), "bundle": config["bundle"], "device": config["device"],
             "programs": config["programs"], "assets": config.get("assets", []), "pipeline": config.get("pipeline"),
             "tools": lock["tools"], "sizes": sizes, "total_bytes": sum(sizes.values()), "bytes_by_kind": kinds}

@@ -70,6 +70,7 @@ class BackendBase:
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
     quantized_embeddings: frozenset[str] = frozenset()  # schemes whose embedding tables it quantizes too
+    delegate_id: str = ""  # the id its delegates carry in a .pte ("" when it makes none)
     not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
 
     @property
@@ -140,6 +141,11 @@ class BackendBase:
     def executorch_config(self) -> dict[str, Any]:
         """Arguments for ExecutorchBackendConfig (e.g. how delegate segments are aligned)."""
         return {}
+
+    def weight_bytes(self, payload: bytes) -> tuple[int, int, int]:
+        """(quantized weights, float weights, scales) bytes inside one of its delegate payloads; all zero
+        when the payload is opaque (it then counts as the rest of the file)."""
+        return 0, 0, 0
 
 
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
+import struct
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deployc.quantization import SCHEMES, Recipe
@@ -15,6 +21,7 @@ from deployc.targets.backends.base import (
 )
 
 
+_XNN_FLOATS = {"xnn_datatype_fp32", "xnn_datatype_fp16", "xnn_datatype_bf16"}
 _NORMS = ("aten.layer_norm.default", "aten.native_layer_norm.default", "aten.rms_norm.default")
 
 
@@ -27,8 +34,64 @@ def _off_the_residual_stream(node: Any) -> bool:
     return not any(str(user.target) in _NORMS for user in node.users)
 
 
+def _xnnpack_graph(blob: bytes) -> dict[str, Any] | None:
+    """An XNNPACK delegate payload's graph as JSON (flatc and the schema ship with executorch)."""
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_serialize as xs
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    if blob[4:8] != b"XH00":
+        return None
+    fb_offset, fb_size = struct.unpack("<II", blob[10:18])
+    schema = Path(xs.__file__).with_name("schema.fbs")
+    with tempfile.TemporaryDirectory(prefix="deployc-xnn-") as tmp:
+        binary = Path(tmp) / "graph.bin"
+        binary.write_bytes(blob[fb_offset:fb_offset + fb_size])
+        try:
+            _flatc_decompile(tmp, str(schema), str(binary), ["--raw-binary"])
+        except (subprocess.CalledProcessError, OSError):
+            return None
+        out = Path(tmp) / "graph.json"
+        if not out.is_file():
+            return None
+        # clamp bounds are written as inf / nan, which are not JSON
+        return json.loads(re.sub(r":\s*(-?(?:inf|nan))\b", r': "\1"', out.read_text()))
+
+
+def _weight_bytes(blob: bytes) -> tuple[int, int, int]:
+    """(quantized, float, scales) bytes of one XNNPACK delegate's weights: its constant data, classed by
+    the XNNPACK dtype of the value that holds them; per-channel and per-group scales are its quantization
+    parameters."""
+    graph = _xnnpack_graph(blob)
+    if graph is None:
+        return 0, 0, 0
+    sizes = [int(c.get("size", 0)) for c in graph.get("constant_data", [])]
+    seen: set[int] = set()
+    quantized = floats = scales = 0
+    for value in graph.get("xvalues", []):
+        body = value.get("xvalue_union") or {}
+        tensor = body.get("tensor_value", body)
+        index = int(tensor.get("constant_buffer_idx", 0))
+        params = body.get("quant_params") or {}
+        scale_index = int(params.get("scale_buffer_idx", 0) or 0)
+        if scale_index and scale_index not in seen and scale_index < len(sizes):
+            seen.add(scale_index)
+            scales += sizes[scale_index]
+        scales += 4 * len(params.get("scale") or []) if isinstance(params.get("scale"), list) else 0
+        if index <= 0 or index in seen or index >= len(sizes):
+            continue
+        seen.add(index)
+        if tensor.get("datatype") in _XNN_FLOATS:
+            floats += sizes[index]
+        else:
+            quantized += sizes[index]
+    return quantized, floats, scales
+
+
 @dataclass(frozen=True)
 class Xnnpack(BackendBase):
+    def weight_bytes(self, payload: bytes) -> tuple[int, int, int]:
+        return _weight_bytes(payload)
+
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
         if recipe.method == "torchao":
             text = describe_int8_dynamic_activations(SCHEMES[recipe.scheme].weight_bits, recipe.group_size)
@@ -60,4 +123,4 @@ class Xnnpack(BackendBase):
 
 BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e"},
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
-                  quantized_embeddings=frozenset({"8da8w", "8da4w"}))
+                  quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend")
