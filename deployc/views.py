@@ -129,6 +129,8 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
         for p in info["programs"]:
             v = p["verification"]
             vtext = v["status"] + (f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else "")
+            if v.get("tokens_generated"):
+                vtext += f", tokens {v['tokens_matched']}/{v['tokens_generated']}"
             for m in p["methods"]:
                 shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
                     str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"

@@ -220,6 +220,9 @@ def test_deployc_run_generates_with_the_directorys_tokenizer(gen: Built, tmp_pat
     bundle = gen.out / "gen" / "0.1.0" / "arduino_q"
     config = json.loads((bundle / "runtime.json").read_text())
     generate_stage = next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")
+    llm = next(p for p in config["programs"] if p["name"] == "llm")
+    v = llm["verification"]  # what an app reads: token parity with eager, and what was required
+    assert (v["tokens_generated"], v["tokens_matched"], v["tolerance_tokens"]) == (8, 8, 8)
     params = json.loads(generate_stage["params_json"])
     assert (params["bos_id"], params["eos_ids"], params["max_seq_len"]) == (1, [2], 48)  # from config.json
     r = run_subprocess("run", str(bundle), "--input", "query=how do bees find flowers ?", "--json", cwd=tmp_path,

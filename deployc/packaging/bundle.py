@@ -57,7 +57,9 @@ def _verification(v: Verification) -> dict[str, Any]:
             "min_cosine": round(m.min_cosine, 4) if m else 0.0, "min_sqnr_db": round(m.min_sqnr_db, 1) if m else 0.0,
             "max_abs": float(f"{m.max_abs:.3g}") if m else 0.0,
             "tolerance_min_cosine": v.tolerance.min_cosine,
-            "tolerance_min_sqnr_db": v.tolerance.min_sqnr_db}
+            "tolerance_min_sqnr_db": v.tolerance.min_sqnr_db,
+            "tokens_generated": v.tokens.generated if v.tokens else 0,
+            "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens}
 
 
 def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
