@@ -73,6 +73,31 @@ def test_the_kv_cache_decoder_computes_what_transformers_computes(tmp_path: Path
         assert torch.allclose(got, want[i], atol=1e-4), f"decode step at position {i}"
 
 
+def test_real_checkpoint_layouts_load(tmp_path: Path) -> None:
+    """bf16 weights (how checkpoints ship), several shards with an index, and a bare-model checkpoint."""
+    import torch
+
+    from deployc.errors import BuildError
+    from deployc.graph.decoder import load_decoder
+
+    reference = save_decoder(tmp_path / "fp32", "qwen2")
+    reference.to(torch.bfloat16).save_pretrained(tmp_path / "bf16", max_shard_size="20KB")
+    assert len(list((tmp_path / "bf16").glob("*.safetensors"))) > 1
+    assert (tmp_path / "bf16" / "model.safetensors.index.json").is_file()
+    ids = torch.arange(3, 11).reshape(1, 8)
+    with torch.no_grad():
+        want = reference.to(torch.bfloat16).float()(ids).logits[0, -1]  # the bf16 weights, computed in fp32
+        got = load_decoder(tmp_path / "bf16", 32)(ids, torch.arange(8))[0]
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-4)
+    reference.model.save_pretrained(tmp_path / "bare")  # no `model.` prefix; qwen2 here ties its head
+    with torch.no_grad():
+        assert torch.allclose(load_decoder(tmp_path / "bare", 32)(ids, torch.arange(8))[0], want, atol=1e-4)
+    llama = save_decoder(tmp_path / "llama-fp32", "llama")
+    llama.model.save_pretrained(tmp_path / "headless")  # an untied head that was not saved
+    with pytest.raises(BuildError, match="do not fit a llama decoder: missing lm_head.weight"):
+        load_decoder(tmp_path / "headless", 32)
+
+
 def _project(tmp_path: Path, models_text: str, arch: str = "llama") -> Path:
     manifest = make_project(tmp_path / "project", "apiVersion: deployc/v1\nname: t\nversion: 0.1.0\n"
                             "targets: [arduino_q]\nmodels:\n" + models_text, "m.yaml")
