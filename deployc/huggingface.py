@@ -1,7 +1,8 @@
 """Hugging Face model directories (config.json, *.safetensors, tokenizer files), read without importing
 transformers or torch: what the directory holds, whether deployc can load it offline, and the inputs,
-outputs and dims a task implies when a manifest leaves them out. validate and plan call this; the
-build loads the model with transformers (deployc/graph/hf.py)."""
+outputs, dims (and, for decoders, constants) a task implies when a manifest leaves them out. validate
+and plan call this; the build loads the model with transformers (deployc/graph/hf.py), or a decoder
+with deployc's own KV-cache decoder (deployc/graph/decoder.py)."""
 
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ def _labels(model: HfModel) -> int:
 
 
 def derive(model: HfModel, task: str) -> dict[str, Any]:
-    """What the task implies: {"inputs": ..., "outputs": ..., "dims": ...} as manifest data."""
+    """What the task implies: {"inputs": ..., "outputs": ..., "dims": ...} as manifest data, plus
+    "constants" for text generation."""
     c = model.config
     if task in TEXT_TASKS and task != "text-generation":
         vocab = _get(c, "vocab_size")
