@@ -137,3 +137,11 @@ def test_declared_outputs_against_the_program() -> None:
     varying = [TensorFacts(name="output_0", dtype="float32", shape=[1, SizeRange(min=2, max=9)])]
     assert compare_outputs("forward", dynamic, varying, {"seq"}) is None
     assert compare_outputs("forward", dynamic, varying, set()) == "output h: dim 'seq' is not one of the model's dims"
+
+
+def test_index_rate_read_from_the_embed_workers_last_line() -> None:
+    from deployc.packaging.assets import _rate
+
+    assert _rate("loading\nembedded 2000 in 4.000000\n") == "500 chunks/s"
+    assert _rate("embedded 42 in 0.0\n") == ""  # a clock that did not move says nothing rather than infinity
+    assert _rate("# LIBNATIVE\n") == "" and _rate("") == ""

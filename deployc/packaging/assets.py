@@ -76,6 +76,9 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
             if proc.returncode != 0:
                 tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
                 raise BuildError(f"index {a.name}: embedding the corpus failed (exit {proc.returncode}): {tail[:400]}")
+            rate = _rate(proc.stdout)
+            if rate:
+                say(f"index {a.name}: {len(chunks)} chunks embedded at {rate}")
             import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
 
             vectors = np.load(staging / "vectors.npy").astype("<f4")
@@ -91,6 +94,15 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _rate(worker_stdout: str) -> str:
+    """Chunks per second from the embed worker's last line (timed after loading the program)."""
+    last = worker_stdout.strip().splitlines()[-1:] or [""]
+    words = last[0].split()
+    if len(words) != 4 or words[0] != "embedded" or float(words[3]) <= 0:
+        return ""
+    return f"{int(words[1]) / float(words[3]):,.0f} chunks/s"
 
 
 def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
