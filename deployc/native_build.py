@@ -12,7 +12,8 @@ from pathlib import Path
 from deployc.errors import BuildError
 
 SOURCE = Path(__file__).resolve().parent.parent / "native"
-DEBIAN_PACKAGES = "cmake g++ libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libssl-dev"
+DEBIAN_PACKAGES = ("cmake g++ pkg-config libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libssl-dev "
+                   "libutf8proc-dev libpcre2-dev libsentencepiece-dev")
 
 
 def executorch_prefix() -> Path:

@@ -133,3 +133,11 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
     result, report = build_json(manifest, out, cache, "--jobs", "2")
     assert result.code == 0, result.err[-3000:]
     return Built(folder / "project", manifest, out, cache, report, result)
+
+
+@pytest.fixture(scope="session")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native reference runner (`deployc native build`), built once per session."""
+    from deployc.native_build import build_runner
+
+    return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)

@@ -17,13 +17,6 @@ from deployc.packaging.runtime_config import encode
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from deployc.native_build import build_runner
-
-    return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)
-
-
 def _python_bundle(folder: Path):
     from deployc.runtime.pipeline_runner import Bundle
 

@@ -7,15 +7,10 @@
 #include <vector>
 
 #include "config.h"
+#include "failure.h"
 #include "npy.h"
 
 namespace deployc {
-
-struct Failure {
-  int exit_code = 0;  // 0: ok; 1: runtime failure; 2: bad bundle or bad input
-  std::string message;
-  explicit operator bool() const { return exit_code != 0; }
-};
 
 class Bundle {
  public:

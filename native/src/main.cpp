@@ -5,17 +5,23 @@
 //                         [--output-dir DIR] [--repeat N]   run one method, write output_<i>.npy
 //   deployc-runner BUNDLE --pipeline [--set STAGE.PORT=FILE.npy ...] [--text INPUT=VALUE ...]
 //                         [--until STAGE]                   run the pipeline graph, print JSON
+//   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
+//                                                           ids and decoded text of each string, as JSON
 //
 // Exit codes: 0 ok, 1 the runtime failed, 2 bad bundle or bad input.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <fstream>
+
 #include "bundle.h"
 #include "pipeline.h"
+#include "tokenizer.h"
 
 using namespace deployc;
 
@@ -30,10 +36,44 @@ int report(const Failure& f) {
   std::cerr << "error: " << f.message << "\n";
   return f.exit_code;
 }
+
+// Tokenizes a JSON array of strings: how the parity tests and the benchmark drive the native tokenizers.
+int tokenize(int argc, char** argv) {
+  std::string path = argc > 2 ? argv[2] : "", strings;
+  size_t max_length = 0;
+  bool special = true;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--strings" && i + 1 < argc) strings = argv[++i];
+    else if (a == "--max-length" && i + 1 < argc) max_length = static_cast<size_t>(std::atol(argv[++i]));
+    else if (a == "--no-special") special = false;
+    else return usage();
+  }
+  if (path.empty() || strings.empty()) return usage();
+  Failure f;
+  auto tk = Tokenizer::open(path, f);
+  if (!tk) return report(f);
+  std::ifstream in(strings);
+  nlohmann::json texts = nlohmann::json::parse(in, nullptr, false);
+  if (texts.is_discarded() || !texts.is_array()) return report({2, strings + ": not a JSON array of strings"});
+  nlohmann::json ids = nlohmann::json::array(), decoded = nlohmann::json::array();
+  auto start = std::chrono::steady_clock::now();
+  for (const auto& t : texts) {
+    std::vector<int64_t> out;
+    if (Failure ef = tk->encode(t.get<std::string>(), special, max_length, out)) return report(ef);
+    ids.push_back(out);
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& row : ids) decoded.push_back(tk->decode(row.get<std::vector<int64_t>>()));
+  nlohmann::json result = {{"kind", tk->kind()}, {"ids", ids}, {"text", decoded}, {"encode_ms", ms}};
+  std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
+  if (std::string(argv[1]) == "--tokenize") return tokenize(argc, argv);
   std::string dir = argv[1], program, method = "forward", output_dir, until;
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
