@@ -57,29 +57,93 @@ def test_native_outputs_equal_the_python_runtime(program: str, method: str, make
     assert np.max(np.abs(native - expected)) <= 1e-6
 
 
-def test_native_pipeline_retrieves_like_deployc_run(runner: Path, rag: Path, tmp_path: Path) -> None:
+QUESTIONS = ("How do honeybees find flowers?", "How many hearts does an octopus have?",
+             "Who first climbed Mount Everest?")
+
+
+def test_native_pipeline_answers_from_text_like_deployc_run(runner: Path, rag: Path) -> None:
     from deployc.runtime.tokenizer import encode as tokenize
     from deployc.runtime.tokenizer import load_tokenizer
 
     bundle = rag / "arduino_q"
     python = _python_bundle(bundle)
     tk = load_tokenizer(bundle / "assets" / "tokenizers" / "wordpiece.json", 128)
-    for question in ("How many hearts does an octopus have?", "Who first climbed Mount Everest?"):
-        ids, mask = tokenize(tk, question)
-        np.save(tmp_path / "ids.npy", ids)
-        np.save(tmp_path / "mask.npy", mask)
-        proc = _native(runner, str(bundle), "--pipeline", "--set", f"query_tokens.input_ids={tmp_path / 'ids.npy'}",
-                       "--set", f"query_tokens.attention_mask={tmp_path / 'mask.npy'}", "--text", f"query={question}",
-                       "--until", "prompt")
+    config = json.loads((bundle / "runtime.json").read_text())
+    generate = next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")
+    for question in QUESTIONS:
+        proc = _native(runner, str(bundle), "--pipeline", "--text", f"query={question}", "--stream")
         assert proc.returncode == 0, proc.stderr[-1000:]
-        native = json.loads(proc.stdout)["stages"]
-        emb = python.call("embedder", [ids, mask])[0]
-        found = python.search({"index": "assets/indexes/docs.json", "top_k": 3}, emb)["chunks"]
-        assert [c["id"] for c in native["retrieve"]["chunks"]] == [c["id"] for c in found]
-        assert np.allclose([c["score"] for c in native["retrieve"]["chunks"]], [c["score"] for c in found], atol=1e-5)
-        assert native["prompt"]["text"].endswith(f"Question: {question}\nAnswer:")
-    proc = _native(runner, str(bundle), "--pipeline", "--text", "query=x")
-    assert proc.returncode == 2 and "needs a tokenizer this runtime lacks" in proc.stderr
+        native = json.loads(proc.stdout)
+        stages = native["stages"]
+        assert stages["query_tokens"]["input_ids"]["data"] == tokenize(tk, question)[0][0].tolist()
+        expected = python.run({"query": question})["outputs"]
+        assert [c["id"] for c in native["outputs"]["sources"]] == [c["id"] for c in expected["sources"]]
+        assert np.allclose([c["score"] for c in native["outputs"]["sources"]],
+                           [c["score"] for c in expected["sources"]], atol=1e-5)
+        assert native["outputs"]["answer"] == expected["answer"] != ""
+        tokens = python.generate("llm", json.loads(generate["params_json"]), stages["prompt"]["text"])["tokens"]
+        assert stages["answer"]["tokens"]["data"] == tokens[0].tolist()  # greedy: the same ids
+        assert native["outputs"]["answer"] in proc.stderr  # streamed as it was generated
+        gen = native["generation"]
+        assert gen["tokens"] == len(tokens[0]) and gen["first_token_ms"] > 0 and gen["per_token_ms"] > 0
+        assert native["load_ms"] > 0 and native["threads"] == 4  # the arduino_q profile's threads
+    # Token ids given for a stage replace its computation (an app that tokenizes elsewhere).
+    ids, mask = tokenize(tk, QUESTIONS[0])
+    proc = _native(runner, str(bundle), "--pipeline", "--text", "query=ignored", "--until", "retrieve", "--threads",
+                   "1", "--set", f"query_tokens.input_ids={_npy(rag.parent, 'ids', ids)}",
+                   "--set", f"query_tokens.attention_mask={_npy(rag.parent, 'mask', mask)}")
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    result = json.loads(proc.stdout)
+    assert result["stages"]["retrieve"]["chunks"][0]["source"] == "corpus/honeybees.md" and result["threads"] == 1
+
+
+def _npy(folder: Path, name: str, a: np.ndarray) -> Path:
+    np.save(folder / f"{name}.npy", a)
+    return folder / f"{name}.npy"
+
+
+def test_native_pipeline_bad_input_exits_2_naming_the_stage(runner: Path, rag: Path, tmp_path: Path) -> None:
+    from deployc.fingerprint import bytes_sha256
+
+    bundle = rag / "arduino_q"
+    proc = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", b"query=caf\xe9 \xff"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "error: stage query_tokens (tokenize): the input is not valid UTF-8 (byte 3)" in proc.stderr
+
+    # A prompt beyond the decoder's context keeps its last tokens: max_seq_len 384 - 24 new tokens.
+    long_query = " ".join(["honeybees dance to point at flowers"] * 300)
+    proc = _native(runner, str(bundle), "--pipeline", "--text", f"query={long_query}")
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    native = json.loads(proc.stdout)
+    assert len(native["stages"]["query_tokens"]["input_ids"]["data"]) == 128  # the tokenize stage's max_length
+    assert native["generation"]["prompt_tokens"] == 360
+    assert native["outputs"]["answer"] == _python_bundle(bundle).run({"query": long_query})["outputs"]["answer"]
+
+    def with_tokenizer(content: bytes, name: str) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(bundle, copy)
+        (copy / "assets" / "tokenizers" / "wordpiece.json").write_bytes(content)
+        config = json.loads((copy / "runtime.json").read_text())
+        for a in config["assets"]:
+            if a["name"] == "wordpiece":
+                a["sha256"] = bytes_sha256(content)
+        (copy / "runtime.bin").write_bytes(encode(config))
+        return copy
+
+    from tokenizers import Tokenizer, models
+
+    unigram = Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0)).to_str().encode()
+    proc = _native(runner, str(with_tokenizer(unigram, "unigram")), "--pipeline", "--text", "query=x")
+    assert proc.returncode == 2
+    assert ("error: stage query_tokens (tokenize): tokenizer " in proc.stderr
+            and "unsupported by the native runtime: model type Unigram" in proc.stderr)
+    original = (bundle / "assets" / "tokenizers" / "wordpiece.json").read_bytes()
+    cut = with_tokenizer(original[: len(original) // 2], "cut")
+    proc = _native(runner, str(cut), "--pipeline", "--text", "query=x")
+    assert proc.returncode == 2 and "not a Hugging Face tokenizer.json (corrupted?)" in proc.stderr
+    proc = _native(runner, str(with_tokenizer(b"", "empty")), "--pipeline", "--text", "query=x")
+    assert proc.returncode == 2 and "error: stage query_tokens (tokenize): tokenizer" in proc.stderr
 
 
 def _copy(suite: Built, tmp_path: Path) -> Path:

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,16 @@
 #include <sstream>
 
 #include "sha256.h"
+
+// The wheel ships libexecutorch_threadpool.so but not its header: the two calls the runner makes.
+namespace executorch::extension::threadpool {
+class ThreadPool {
+ public:
+  size_t get_thread_count() const;
+  bool _unsafe_reset_threadpool(uint32_t num_threads);
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
 
 namespace deployc {
 
@@ -135,7 +146,20 @@ std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
       return nullptr;
     }
   }
+  int threads = 0;
+  for (const auto& p : b->config_.programs) threads = std::max(threads, p.threads);
+  b->set_threads(threads);
   return b;
+}
+
+void Bundle::set_threads(int threads) {
+  auto* pool = executorch::extension::threadpool::get_threadpool();
+  if (pool && threads > 0) pool->_unsafe_reset_threadpool(static_cast<uint32_t>(threads));
+}
+
+int Bundle::threads() const {
+  auto* pool = executorch::extension::threadpool::get_threadpool();
+  return pool ? static_cast<int>(pool->get_thread_count()) : 1;
 }
 
 Failure Bundle::load(const std::string& program, const std::string& method, double* milliseconds) {

@@ -22,6 +22,10 @@ class Bundle {
   // Runs program.method on inputs (checked against the declared dtypes and dynamic ranges first).
   Failure run(const std::string& program, const std::string& method, const std::vector<Array>& inputs,
               std::vector<Array>& outputs, double* milliseconds = nullptr);
+  // The XNNPACK threadpool's size: open() applies the largest `threads` the config declares (0 leaves
+  // the runtime's default, one thread per performant core); an app or --threads may override it.
+  void set_threads(int threads);
+  int threads() const;
   // Loads a method, sizing its planned memory from the config; runs the declared warm-up.
   Failure load(const std::string& program, const std::string& method, double* milliseconds = nullptr);
 

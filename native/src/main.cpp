@@ -3,8 +3,10 @@
 //   deployc-runner BUNDLE                                   verify the bundle, print what it holds
 //   deployc-runner BUNDLE --program NAME [--method M] --input A.npy [--input B.npy ...]
 //                         [--output-dir DIR] [--repeat N]   run one method, write output_<i>.npy
-//   deployc-runner BUNDLE --pipeline [--set STAGE.PORT=FILE.npy ...] [--text INPUT=VALUE ...]
-//                         [--until STAGE]                   run the pipeline graph, print JSON
+//   deployc-runner BUNDLE --pipeline --text INPUT=VALUE ... [--set STAGE.PORT=FILE.npy ...]
+//                         [--until STAGE] [--stream]        run the pipeline graph from text, print JSON
+//                                                           (--stream: generated text to stderr as it comes)
+//   any of these: [--threads N]                             override the config's XNNPACK thread count
 //   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
 //                                                           ids and decoded text of each string, as JSON
 //
@@ -28,7 +30,9 @@ using namespace deployc;
 namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
-               "[--repeat N]] [--pipeline [--set STAGE.PORT=FILE.npy] [--text NAME=VALUE] [--until STAGE]]\n";
+               "[--repeat N]] [--pipeline [--text NAME=VALUE] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
+               "[--threads N]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
+               "[--no-special]\n";
   return 2;
 }
 
@@ -78,8 +82,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
   std::map<std::string, std::string> texts;
-  bool pipeline = false;
-  int repeat = 1;
+  bool pipeline = false, stream = false;
+  int repeat = 1, threads = 0;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -90,6 +94,8 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") repeat = std::max(1, std::atoi(next().c_str()));
     else if (a == "--pipeline") pipeline = true;
     else if (a == "--until") until = next();
+    else if (a == "--stream") stream = true;
+    else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--set" || a == "--text") {
       std::string kv = next();
       auto eq = kv.find('=');
@@ -107,11 +113,17 @@ int main(int argc, char** argv) {
   Failure f;
   auto bundle = Bundle::open(dir, f);
   if (!bundle) return report(f);
+  if (threads > 0) bundle->set_threads(threads);
   const auto& c = bundle->config();
   if (pipeline) {
+    auto p = Pipeline::open(*bundle, f);
+    if (!p) return report(f);
+    RunOptions options{until, nullptr};
+    if (stream) options.on_text = [](const std::string& piece) { std::cerr << piece << std::flush; };
     nlohmann::json result;
-    if (Failure pf = run_pipeline(*bundle, sets, texts, until, result)) return report(pf);
-    std::cout << result.dump(2) << "\n";
+    if (Failure pf = p->run(texts, sets, options, result)) return report(pf);
+    result["threads"] = bundle->threads();
+    std::cout << result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   if (program.empty()) {
@@ -139,8 +151,9 @@ int main(int argc, char** argv) {
     times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
-  std::printf("{\"program\": \"%s\", \"method\": \"%s\", \"load_ms\": %.4f, \"median_ms\": %.4f, \"outputs\": %zu}\n",
-              program.c_str(), method.c_str(), load_ms, times[times.size() / 2], outputs.size());
+  std::printf("{\"program\": \"%s\", \"method\": \"%s\", \"load_ms\": %.4f, \"median_ms\": %.4f, \"outputs\": %zu, "
+              "\"threads\": %d}\n", program.c_str(), method.c_str(), load_ms, times[times.size() / 2], outputs.size(),
+              bundle->threads());
   if (!output_dir.empty())
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::string err = write_npy(output_dir + "/output_" + std::to_string(i) + ".npy", outputs[i]);

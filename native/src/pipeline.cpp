@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <numeric>
-#include <regex>
+#include <random>
 #include <variant>
 
 namespace deployc {
@@ -90,39 +91,183 @@ Failure search(Bundle& bundle, const json& params, const Array& query, std::map<
   out["scores"] = top;
   return {};
 }
+
+Array int64_row(const std::vector<int64_t>& ids, bool flat = false) {
+  Array a{"int64", flat ? std::vector<int64_t>{static_cast<int64_t>(ids.size())}
+                        : std::vector<int64_t>{1, static_cast<int64_t>(ids.size())}, {}};
+  a.data.resize(ids.size() * sizeof(int64_t));
+  std::memcpy(a.data.data(), ids.data(), a.data.size());
+  return a;
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The next token from logits, as deployc run chooses it: argmax (first on ties) at temperature 0;
+// else softmax at the temperature, the smallest top-p set in descending order, one draw from `rng`.
+// (Sampled streams differ from Python's: numpy's generator is not reproduced here.)
+int64_t choose(const Array& logits, double temperature, double top_p, std::mt19937_64& rng) {
+  const float* x = logits.as<float>();
+  const size_t n = logits.numel();
+  if (temperature <= 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
+  double top = *std::max_element(x, x + n), total = 0;
+  std::vector<double> probs(n);
+  for (size_t i = 0; i < n; ++i) total += probs[i] = std::exp((x[i] - top) / temperature);
+  for (auto& p : probs) p /= total;
+  std::vector<size_t> ranked(n);
+  std::iota(ranked.begin(), ranked.end(), 0);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return probs[a] > probs[b]; });
+  size_t keep = 0;
+  double cumulative = 0;
+  while (keep < n) {
+    cumulative += probs[ranked[keep++]];
+    if (cumulative >= top_p) break;
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += probs[ranked[i]];
+  double draw = std::uniform_real_distribution<double>(0.0, mass)(rng);
+  for (size_t i = 0; i < keep; ++i) {
+    draw -= probs[ranked[i]];
+    if (draw <= 0) return static_cast<int64_t>(ranked[i]);
+  }
+  return static_cast<int64_t>(ranked[keep - 1]);
+}
+
+struct GenerateStats {
+  size_t prompt_tokens = 0, tokens = 0;
+  double first_token_ms = 0, per_token_ms = 0;
+};
+
+// Prefill the prompt in one call, then one call per new token: the loop of deployc run (generation.py).
+Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, const Tokenizer& tk,
+                 const std::string& prompt, const RunOptions& options, std::map<std::string, Value>& out,
+                 GenerateStats& stats) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int64_t> ids;
+  if (Failure f = tk.encode(prompt, false, 0, ids)) return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  if (params.contains("bos_id")) ids.insert(ids.begin(), params.at("bos_id").get<int64_t>());
+  const int64_t max_new = params.at("max_new_tokens"), max_seq = params.at("max_seq_len");
+  // The prompt keeps its last tokens when it would not leave room for the answer (as deployc run does).
+  const size_t room = static_cast<size_t>(max_new < max_seq ? max_seq - max_new : 1);
+  if (ids.size() > room) ids.erase(ids.begin(), ids.end() - static_cast<long>(room));
+  std::vector<int64_t> eos = params.value("eos_ids", std::vector<int64_t>{});
+  std::vector<std::string> stops = params.value("stop", std::vector<std::string>{});
+  const double temperature = params.value("temperature", 0.0), top_p = params.value("top_p", 1.0);
+  std::mt19937_64 rng(params.value("seed", 0));
+  stats.prompt_tokens = ids.size();
+  std::vector<Array> outputs;
+  auto step = [&](const std::vector<int64_t>& tokens, int64_t first_pos) -> Failure {
+    std::vector<int64_t> pos(tokens.size());
+    std::iota(pos.begin(), pos.end(), first_pos);
+    return bundle.run(stage.program, stage.method, {int64_row(tokens), int64_row(pos, true)}, outputs);
+  };
+  if (Failure f = step(ids, 0)) return f;
+  std::vector<int64_t> generated;
+  std::string streamed;
+  int64_t pos = static_cast<int64_t>(ids.size());
+  double decode_ms = 0;
+  while (static_cast<int64_t>(generated.size()) < max_new && pos < max_seq) {
+    int64_t token = choose(outputs.at(0), temperature, top_p, rng);
+    if (generated.empty()) stats.first_token_ms = since(start);
+    if (std::find(eos.begin(), eos.end(), token) != eos.end()) break;
+    generated.push_back(token);
+    std::string text = tk.decode(generated);
+    if (options.on_text && text.size() > streamed.size() && text.compare(0, streamed.size(), streamed) == 0) {
+      options.on_text(text.substr(streamed.size()));
+      streamed = text;
+    }
+    if (std::any_of(stops.begin(), stops.end(), [&](const std::string& s) { return text.find(s) != std::string::npos; }))
+      break;
+    auto t = std::chrono::steady_clock::now();
+    if (Failure f = step({token}, pos)) return f;
+    decode_ms += since(t);
+    ++pos;
+  }
+  stats.tokens = generated.size();
+  stats.per_token_ms = generated.size() > 1 ? decode_ms / static_cast<double>(generated.size() - 1) : 0.0;
+  std::string text = tk.decode(generated);
+  for (const auto& s : stops) text = text.substr(0, text.find(s));
+  out["text"] = text;
+  out["tokens"] = int64_row(generated);
+  return {};
+}
+
+const ProgramSpec* program_of(const RuntimeConfig& config, const std::string& name) {
+  for (const auto& c : config.programs) if (c.name == name) return &c;
+  return nullptr;
+}
 }  // namespace
 
-Failure run_pipeline(Bundle& bundle, const std::map<std::string, Array>& tensors,
-                     const std::map<std::string, std::string>& texts, const std::string& until, json& result) {
+std::unique_ptr<Pipeline> Pipeline::open(Bundle& bundle, Failure& failure) {
   const auto& config = bundle.config();
-  if (!config.has_pipeline) return {2, "bundle has no pipeline"};
+  if (!config.has_pipeline) {
+    failure = {2, "bundle has no pipeline"};
+    return nullptr;
+  }
+  auto p = std::unique_ptr<Pipeline>(new Pipeline(bundle));
+  auto start = std::chrono::steady_clock::now();
+  for (const auto& stage : config.stages) {
+    if (!stage.program.empty())
+      if ((failure = bundle.load(stage.program, stage.method))) return nullptr;
+    json params = json::parse(stage.params_json, nullptr, false);
+    if (params.is_object() && params.contains("tokenizer")) {
+      std::string file = params.at("tokenizer");
+      if (p->tokenizers_.count(file)) continue;
+      auto tk = Tokenizer::open(bundle.dir() + "/" + file, failure);
+      if (!tk) {
+        failure.message = "stage " + stage.name + " (" + stage.op + "): " + failure.message;
+        return nullptr;
+      }
+      p->tokenizers_[file] = std::move(tk);
+    }
+  }
+  p->load_ms_ = since(start);
+  return p;
+}
+
+Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std::map<std::string, Array>& tensors,
+                      const RunOptions& options, json& result) {
+  const auto& config = bundle_.config();
   std::map<std::string, Value> values;
   for (const auto& [k, v] : tensors) values[k] = v;
   for (const auto& [k, v] : texts) values[k] = v;
-  json latency = json::object(), stages = json::object();
-  bool reached = until.empty();
+  json latency = json::object(), stages = json::object(), generation = json::object();
+  bool reached = options.until.empty();
   for (const auto& stage : config.stages) {
     std::map<std::string, Value> args;
     for (const auto& item : stage.inputs) {
       auto eq = item.find('=');
       std::string port = item.substr(0, eq), ref = item.substr(eq + 1);
-      if (!values.count(ref)) return {2, "stage " + stage.name + ": no value for " + ref + " (pass it with --set or --text)"};
+      if (!values.count(ref)) return {2, "stage " + stage.name + ": no value for " + ref + " (pass it with --text)"};
       args[port] = values[ref];
     }
     json params = json::parse(stage.params_json);
     std::map<std::string, Value> out;
     auto start = std::chrono::steady_clock::now();
-    if (stage.op == "tokenize") {
-      for (const auto& port : stage.outputs) {
-        auto it = tensors.find(stage.name + "." + port);
-        if (it == tensors.end())
-          return {2, "stage " + stage.name + " (tokenize) needs a tokenizer this runtime lacks: pass token ids with "
-                     "--set " + stage.name + "." + port + "=FILE.npy"};
-        out[port] = it->second;
+    const Tokenizer* tk = params.contains("tokenizer") ? tokenizers_.at(params.at("tokenizer")).get() : nullptr;
+    bool given = !stage.outputs.empty() && std::all_of(stage.outputs.begin(), stage.outputs.end(), [&](const auto& port) {
+      return tensors.count(stage.name + "." + port) > 0;
+    });
+    if (given) {
+      for (const auto& port : stage.outputs) out[port] = tensors.at(stage.name + "." + port);
+    } else if (stage.op == "tokenize") {
+      auto text = std::get_if<std::string>(&args["input"]);
+      if (!text) return {2, "stage " + stage.name + ": input is not text"};
+      std::vector<int64_t> ids;
+      if (Failure f = tk->encode(*text, true, params.value("max_length", 0), ids))
+        return {f.exit_code, "stage " + stage.name + " (tokenize): " + f.message};
+      std::vector<int64_t> mask(ids.size(), 1);
+      if (size_t pad_to = params.value("pad_to", 0)) {  // a static-length program: pad and mask out
+        ids.resize(std::min(ids.size(), pad_to));
+        mask.resize(ids.size());
+        ids.resize(pad_to, tk->pad_id());
+        mask.resize(pad_to, 0);
       }
+      out["input_ids"] = int64_row(ids);
+      out["attention_mask"] = int64_row(mask);
     } else if (stage.op == "model") {
-      const ProgramSpec* p = nullptr;
-      for (const auto& c : config.programs) if (c.name == stage.program) p = &c;
+      const ProgramSpec* p = program_of(config, stage.program);
       const MethodSpec* m = p ? p->method(stage.method) : nullptr;
       if (!m) return {2, "stage " + stage.name + ": program " + stage.program + " has no method " + stage.method};
       std::vector<Array> inputs, outputs;
@@ -131,12 +276,12 @@ Failure run_pipeline(Bundle& bundle, const std::map<std::string, Array>& tensors
         if (!a) return {2, "stage " + stage.name + ": input " + t.name + " is not a tensor"};
         inputs.push_back(*a);
       }
-      if (Failure f = bundle.run(stage.program, stage.method, inputs, outputs)) return f;
+      if (Failure f = bundle_.run(stage.program, stage.method, inputs, outputs)) return f;
       for (size_t i = 0; i < outputs.size() && i < m->outputs.size(); ++i) out[m->outputs[i].name] = outputs[i];
     } else if (stage.op == "vector_search") {
       auto q = std::get_if<Array>(&args["query"]);
       if (!q) return {2, "stage " + stage.name + ": query is not a tensor"};
-      if (Failure f = search(bundle, params, *q, out)) return f;
+      if (Failure f = search(bundle_, params, *q, out)) return f;
     } else if (stage.op == "template") {
       std::string text = params.at("template");
       for (const auto& [name, v] : args) {
@@ -145,24 +290,35 @@ Failure run_pipeline(Bundle& bundle, const std::map<std::string, Array>& tensors
           text.replace(pos, key.size(), with);
       }
       out["text"] = text;
+    } else if (stage.op == "generate") {
+      GenerateStats g;
+      if (Failure f = generate(bundle_, stage, params, *tk, as_text(args["prompt"]), options, out, g)) return f;
+      generation = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"first_token_ms", g.first_token_ms},
+                    {"per_token_ms", g.per_token_ms}};
     } else {
-      return {2, "stage " + stage.name + " (" + stage.op + ") needs the Python runtime (a tokenizer); stop before "
-                 "it with --until"};
+      return {2, "stage " + stage.name + ": op " + stage.op + " is unknown to this runner (a newer bundle?)"};
     }
-    latency[stage.name] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    latency[stage.name] = since(start);
     json stage_json = json::object();
     for (const auto& [port, v] : out) {
       values[stage.name + "." + port] = v;
       stage_json[port] = to_json(v);
     }
     stages[stage.name] = stage_json;
-    if (stage.name == until) {
+    if (stage.name == options.until) {
       reached = true;
       break;
     }
   }
-  if (!reached) return {2, "--until " + until + ": no such stage"};
-  result = {{"stages", stages}, {"latency_ms", latency}};
+  if (!reached) return {2, "--until " + options.until + ": no such stage"};
+  json outputs = json::object();
+  if (options.until.empty())
+    for (const auto& item : config.pipeline_outputs) {
+      auto eq = item.find('=');
+      outputs[item.substr(0, eq)] = to_json(values[item.substr(eq + 1)]);
+    }
+  result = {{"outputs", outputs}, {"stages", stages}, {"latency_ms", latency}, {"load_ms", load_ms_},
+            {"generation", generation}};
   return {};
 }
 

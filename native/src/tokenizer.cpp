@@ -280,7 +280,7 @@ class HfTokenizer : public Tokenizer {
     size_t bad = 0;
     std::vector<int32_t> probe;
     if (!decode_utf8(text, probe, &bad))
-      return {2, "tokenize: the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
+      return {2, "the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
     std::vector<int64_t> body;
     for (const auto& [segment, added] : split_added(text)) {
       if (added >= 0) {
@@ -723,10 +723,10 @@ class SpTokenizer : public Tokenizer {
     size_t bad = 0;
     std::vector<int32_t> probe;
     if (!decode_utf8(text, probe, &bad))
-      return {2, "tokenize: the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
+      return {2, "the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
     std::vector<int> pieces;
     auto status = sp_->Encode(text, &pieces);
-    if (!status.ok()) return {1, "tokenize: sentencepiece: " + status.ToString()};
+    if (!status.ok()) return {1, "sentencepiece: " + status.ToString()};
     std::vector<int64_t> body(pieces.begin(), pieces.end());
     std::vector<int64_t> prefix;
     if (add_special && sp_->bos_id() >= 0) prefix.push_back(sp_->bos_id());
@@ -763,6 +763,10 @@ std::unique_ptr<Tokenizer> Tokenizer::open(const std::string& path, Failure& fai
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string bytes = buf.str();
+  if (bytes.empty()) {
+    failure = {2, "tokenizer " + path + ": the file is empty"};
+    return nullptr;
+  }
   size_t first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || bytes[first] != '{') {  // not JSON: a SentencePiece model (protobuf)
     auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
