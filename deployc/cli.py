@@ -198,7 +198,10 @@ def build_cmd(
 
 
 @app.command()
-def inspect(path: Path, json_out: JsonOpt = False) -> None:
+def inspect(path: Path, json_out: JsonOpt = False,
+            self_test: Annotated[bool, typer.Option(
+                "--self-test", help="also run every program on the bundle's self-test vectors (exit 1 on a miss)",
+            )] = False) -> None:
     """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
     import tempfile
 
@@ -229,12 +232,21 @@ def inspect(path: Path, json_out: JsonOpt = False) -> None:
         check = check_bundle(folder)
         info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
         info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
+        if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
+            from deployc.runtime.self_check import run_self_test
+
+            with captured(_library_log("inspect"), f"deployc inspect --self-test {path}"):
+                info["self_test"] = [r.model_dump(mode="json") for r in run_self_test(folder)]
         if json_out:
             console.document(info)
         else:
             render_inspect(console, info)
     if not check.ok:
         raise BuildError(f"{path}: {len(check.problems)} mismatch(es) against bundle.lock.json")
+    failed = [r["program"] for r in info.get("self_test", []) if r["status"] == "failed"]
+    if failed:
+        raise BuildError(f"{path}: self-test failed for {', '.join(failed)}: the programs do not compute what the "
+                         "build verified")
 
 
 @app.command()

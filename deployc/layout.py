@@ -37,3 +37,8 @@ def bundle_dir(name: str, version: str, profile: str) -> str:
 
 def archive_file(name: str, version: str, profile: str) -> str:
     return f"{release_dir(name, version)}/{name}-{version}-{profile}.tar.gz"
+
+
+def self_test_file(model: str) -> str:
+    """A program's self-test vectors: inputs and the eager outputs they must reproduce."""
+    return f"selftest/{model}.json"

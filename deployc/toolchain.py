@@ -25,8 +25,8 @@ VERSIONED = ("torch", "executorch", "torchao", "flatbuffers", "numpy")
 
 _PACKAGE = Path(deployc.__file__).resolve().parent
 # deployc's code that makes and measures every program, whatever the backend (relative to the package).
-COMPILE_CODE = ("graph", "facts.py", "runtime/host.py", "runtime/verify_worker.py", "targets/backends/base.py",
-                "pte.py")
+COMPILE_CODE = ("graph", "facts.py", "self_test.py", "runtime/host.py", "runtime/verify_worker.py",
+                "targets/backends/base.py", "pte.py")
 # deployc's code that writes bundles: not in program keys, but a bundle made by other packaging code may differ.
 PACKAGE_CODE = ("packaging", "layout.py", "pipeline/config.py", "runtime/embed_worker.py")
 

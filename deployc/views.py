@@ -152,6 +152,14 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
     console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
     for problem in info["problems"]:
         console.result(f"  {problem}")
+    if "self_test" in info:
+        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "tolerance", "why")
+        for r in info["self_test"]:
+            s = r["summary"]
+            table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
+                          f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
+                          f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB", r["reason"] or "-")
+        console.table(table)
 
 
 def _byte_kinds_table(kinds: dict[str, dict[str, int]]) -> Table:

@@ -212,3 +212,74 @@ def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu:
     native = np.load(tmp_path / "output_0.npy")
     expected = _python_bundle(bundle).call("conv_16a8w", [x])[0]
     assert np.array_equal(native, expected)  # the same emulator, the same bytes
+
+
+def _flip_weight_byte(bundle: Path, program: str) -> None:
+    """Flip the exponent byte of the program's last weight-like float and rewrite runtime.json,
+    runtime.bin and the lock to match: only the numbers can tell."""
+    from deployc.fingerprint import bytes_sha256
+
+    pte = bundle / f"{program}.pte"
+    data = bytearray(pte.read_bytes())
+    floats = np.frombuffer(bytes(data[: len(data) // 4 * 4]), dtype="<f4")
+    last = max(i for i in range(len(floats)) if 1e-3 < abs(floats[i]) < 4.0)  # the data segments come last
+    data[last * 4 + 3] ^= 0x40  # high exponent bits: that weight becomes ~1e38 times larger
+    pte.write_bytes(bytes(data))
+    config = json.loads((bundle / "runtime.json").read_text())
+    next(p for p in config["programs"] if p["name"] == program)["sha256"] = bytes_sha256(bytes(data))
+    (bundle / "runtime.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (bundle / "runtime.bin").write_bytes(encode(config))
+    lock = json.loads((bundle / "bundle.lock.json").read_text())
+    for name in ("runtime.json", "runtime.bin", pte.name):
+        raw = (bundle / name).read_bytes()
+        lock["files"][name] = {"sha256": bytes_sha256(raw), "size": len(raw)}
+    (bundle / "bundle.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+
+
+def test_self_test_vectors_pass_on_the_host_and_natively_and_catch_a_flipped_weight(
+        runner: Path, suite: Built, tmp_path: Path) -> None:
+    from conftest import run_subprocess
+
+    bundle = suite.bundle("arduino_q")
+    config = json.loads((bundle / "runtime.json").read_text())
+    vectors = {a["name"]: a["file"] for a in config["assets"] if a["kind"] == "self_test"}
+    assert vectors == {f"{p['name']}.self_test": f"selftest/{p['name']}.json" for p in config["programs"]}
+    host = run_subprocess("inspect", str(bundle), "--self-test", "--json")
+    assert host.code == 0, host.err[-2000:]
+    rows = {r["program"]: r for r in json.loads(host.out)["self_test"]}
+    assert {r["status"] for r in rows.values()} == {"passed"} and all(r["cases"] >= 1 for r in rows.values())
+    proc = _native(runner, str(bundle), "--self-test")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    native = {r["program"]: r for r in json.loads(proc.stdout)["programs"]}
+    assert {r["status"] for r in native.values()} == {"passed"}
+    for name, r in rows.items():  # the same vectors, the same runtime kernels, the same formulas
+        assert abs(native[name]["min_cosine"] - r["summary"]["min_cosine"]) < 1e-9
+        assert native[name]["tolerance_min_cosine"] == r["min_cosine"]
+
+    copy = tmp_path / "flipped"
+    shutil.copytree(bundle, copy)
+    _flip_weight_byte(copy, "mlp_fp32")
+    host = run_subprocess("inspect", str(copy), "--self-test", "--json")
+    assert host.code == 1 and "self-test failed for mlp_fp32" in host.err
+    report = json.loads(host.out)
+    assert report["verified"] is True  # the lock matches: only the numbers caught it
+    assert {r["program"] for r in report["self_test"] if r["status"] == "failed"} == {"mlp_fp32"}
+    proc = _native(runner, str(copy), "--self-test")
+    assert proc.returncode == 1
+    failed = [r for r in json.loads(proc.stdout)["programs"] if r["status"] == "failed"]
+    assert [r["program"] for r in failed] == ["mlp_fp32"] and "cosine" in failed[0]["reason"]
+
+
+def test_self_test_says_not_run_for_programs_this_host_cannot_run(suite: Built) -> None:
+    from conftest import run_subprocess
+
+    host = run_subprocess("inspect", str(suite.bundle("snapdragon")), "--self-test", "--json")
+    assert host.code == 0, host.err[-2000:]
+    rows = json.loads(host.out)["self_test"]
+    backends = {r["backend"] for r in rows}
+    for r in rows:
+        if r["backend"] == "vulkan":
+            assert r["status"] == "not-run" and r["reason"].startswith("not run on this host")
+        else:
+            assert r["status"] == "passed", r
+    assert "xnnpack" in backends

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from deployc import self_test
 from deployc.cache import open_cache
 from deployc.captured import captured
 from deployc.errors import BuildError
@@ -174,6 +175,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                     raise
                 at("export")  # what torch.export makes of the declared dims says why
                 raise _failing_point(model, export, point, exc) from exc
+    self_test.write(staging / self_test.SELF_TEST_FILE,
+                    [(name, point, inp, ref) for (name, point, inp), ref in zip(checks, references)])
     sequences: list[list[int]] = []
     if unit.verify.generate:
         from deployc.graph.parity import generation_checks

@@ -17,6 +17,7 @@ from typing import Any
 from filelock import FileLock
 
 import deployc
+from deployc import layout
 from deployc.errors import Diagnostic, ManifestError
 from deployc.facts import SizeRange, TensorFacts
 from deployc.faults import fault_point
@@ -29,6 +30,7 @@ from deployc.packaging.runtime_config import normalize
 from deployc.pipeline.config import PipelineConfig
 from deployc.plan import BuildPlan, TargetPlan
 from deployc.results import BundleResult, UnitResult, Verification
+from deployc.self_test import SELF_TEST_FILE
 
 BUNDLE_SCHEMA_VERSION = 1
 
@@ -135,6 +137,11 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
             shutil.copyfile(r.program, staging / file)
             programs.append(_program_entry(r, file, file_sha256(staging / file)))
         asset_entries = []
+        for r in sorted(results, key=lambda r: r.unit.model):
+            vectors = Path(str(r.program)).parent / SELF_TEST_FILE
+            if vectors.is_file():  # programs cached before self-tests existed have none
+                assets = [*assets, Asset(f"{r.unit.model}.self_test", "self_test", layout.self_test_file(r.unit.model),
+                                         vectors)]
         for a in assets:
             dest = staging / a.file
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ struct ProgramSpec {
   std::string name, file, sha256, unit, backend, quantization, verification;
   uint64_t size_bytes = 0;
   int threads = 0, warmup = 0;
+  double tolerance_min_cosine = 0, tolerance_min_sqnr_db = 0;  // what the build verified against eager
   std::vector<MethodSpec> methods;
   const MethodSpec* method(const std::string& n) const {
     for (const auto& m : methods) if (m.name == n) return &m;

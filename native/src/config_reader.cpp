@@ -60,6 +60,10 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
       spec.unit = str(p->unit()); spec.backend = str(p->backend()); spec.quantization = str(p->quantization());
       spec.size_bytes = p->size_bytes(); spec.threads = p->threads(); spec.warmup = p->warmup();
       spec.verification = p->verification() ? str(p->verification()->status()) : "";
+      if (p->verification()) {
+        spec.tolerance_min_cosine = p->verification()->tolerance_min_cosine();
+        spec.tolerance_min_sqnr_db = p->verification()->tolerance_min_sqnr_db();
+      }
       if (p->methods())
         for (const auto* m : *p->methods())
           spec.methods.push_back(MethodSpec{str(m->name()), tensors(m->inputs()), tensors(m->outputs()),

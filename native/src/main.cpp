@@ -6,6 +6,7 @@
 //   deployc-runner BUNDLE --pipeline --text INPUT=VALUE ... [--set STAGE.PORT=FILE.npy ...]
 //                         [--until STAGE] [--stream]        run the pipeline graph from text, print JSON
 //                                                           (--stream: generated text to stderr as it comes)
+//   deployc-runner BUNDLE --self-test                       every program on its self-test vectors (exit 1 on a miss)
 //   any of these: [--threads N]                             override the config's XNNPACK thread count
 //   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
 //                                                           ids and decoded text of each string, as JSON
@@ -23,6 +24,7 @@
 
 #include "bundle.h"
 #include "pipeline.h"
+#include "self_test.h"
 #include "tokenizer.h"
 
 using namespace deployc;
@@ -31,7 +33,7 @@ namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
                "[--repeat N]] [--pipeline [--text NAME=VALUE] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
-               "[--threads N]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
+               "[--self-test] [--threads N]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
 }
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
   std::map<std::string, std::string> texts;
-  bool pipeline = false, stream = false;
+  bool pipeline = false, stream = false, check = false;
   int repeat = 1, threads = 0;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
     else if (a == "--pipeline") pipeline = true;
     else if (a == "--until") until = next();
     else if (a == "--stream") stream = true;
+    else if (a == "--self-test") check = true;
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--set" || a == "--text") {
       std::string kv = next();
@@ -115,6 +118,12 @@ int main(int argc, char** argv) {
   if (!bundle) return report(f);
   if (threads > 0) bundle->set_threads(threads);
   const auto& c = bundle->config();
+  if (check) {
+    nlohmann::json result;
+    if (Failure sf = self_test(*bundle, result)) return report(sf);
+    std::cout << result.dump(2) << "\n";
+    return result["passed"].get<bool>() ? 0 : 1;
+  }
   if (pipeline) {
     auto p = Pipeline::open(*bundle, f);
     if (!p) return report(f);

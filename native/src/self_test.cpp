@@ -1,0 +1,160 @@
+#include "self_test.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+namespace deployc {
+
+using nlohmann::json;
+
+namespace {
+constexpr double kExactSqnrDb = 300.0;  // as the Python side reports bit-exact outputs
+
+bool base64_decode(const std::string& in, std::vector<uint8_t>& out) {
+  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    auto pos = chars.find(c);
+    if (pos == std::string::npos) return false;
+    acc = (acc << 6) | static_cast<uint32_t>(pos);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>((acc >> bits) & 0xFF));
+    }
+  }
+  return true;
+}
+
+bool to_array(const json& t, Array& a) {
+  a.dtype = t.at("dtype").get<std::string>();
+  a.shape = t.at("shape").get<std::vector<int64_t>>();
+  if (!base64_decode(t.at("data").get<std::string>(), a.data)) return false;
+  return dtype_size(a.dtype) > 0 && a.data.size() == a.numel() * dtype_size(a.dtype);
+}
+
+double value(const Array& a, size_t i) {
+  if (a.dtype == "float32") return a.as<float>()[i];
+  if (a.dtype == "int64") return static_cast<double>(a.as<int64_t>()[i]);
+  return a.as<int32_t>()[i];
+}
+
+struct Metrics {
+  double max_abs = 0, cosine = 1, sqnr_db = kExactSqnrDb;
+};
+
+// The same formulas as deployc/graph/metrics.py's compare().
+Metrics compare(const Array& ref, const Array& out) {
+  Metrics m;
+  double dot = 0, nr = 0, no = 0, noise = 0;
+  for (size_t i = 0; i < ref.numel(); ++i) {
+    double r = value(ref, i), o = value(out, i), d = r - o;
+    dot += r * o;
+    nr += r * r;
+    no += o * o;
+    noise += d * d;
+    m.max_abs = std::max(m.max_abs, std::fabs(d));
+  }
+  if (nr == 0 && no == 0) m.cosine = 1;
+  else if (nr == 0 || no == 0) m.cosine = 0;
+  else m.cosine = dot / (std::sqrt(nr) * std::sqrt(no));
+  m.cosine = std::isfinite(m.cosine) ? std::min(m.cosine, 1.0) : -1.0;
+  if (noise == 0) m.sqnr_db = kExactSqnrDb;
+  else if (nr == 0) m.sqnr_db = -kExactSqnrDb;
+  else m.sqnr_db = std::max(-kExactSqnrDb, std::min(kExactSqnrDb, 10.0 * std::log10(nr / noise)));
+  if (!std::isfinite(m.sqnr_db)) m.sqnr_db = -kExactSqnrDb;
+  if (!std::isfinite(m.max_abs)) m.max_abs = std::numeric_limits<double>::max();
+  return m;
+}
+}  // namespace
+
+Failure self_test(Bundle& bundle, json& result) {
+  const auto& config = bundle.config();
+  json programs = json::array();
+  bool passed = true;
+  for (const auto& p : config.programs) {
+    json row = {{"program", p.name}, {"backend", p.backend}, {"status", "not-run"}, {"reason", ""}, {"cases", 0},
+                {"tolerance_min_cosine", p.tolerance_min_cosine}, {"tolerance_min_sqnr_db", p.tolerance_min_sqnr_db}};
+    const AssetSpec* vectors = nullptr;
+    for (const auto& a : config.assets)
+      if (a.kind == "self_test" && a.name == p.name + ".self_test") vectors = &a;
+    if (!vectors) {
+      row["reason"] = "no self-test vectors in the bundle";
+    } else if (p.backend != "xnnpack" && p.backend != "portable" && p.backend != "qnn") {
+      row["reason"] = "not run on this host: this runner has no " + p.backend + " delegate";
+    } else {
+      std::ifstream in(bundle.dir() + "/" + vectors->file);
+      json doc = json::parse(in, nullptr, false);
+      if (doc.is_discarded() || doc.value("schema_version", 0) != 1 || !doc.contains("cases"))
+        return {2, "self-test: " + vectors->file + " is unreadable or of an unknown schema version"};
+      Metrics worst{0, 1, kExactSqnrDb};
+      std::string failure;
+      for (const auto& c : doc.at("cases")) {
+        std::vector<Array> inputs, expected, outputs;
+        for (const auto& t : c.at("inputs")) {
+          inputs.emplace_back();
+          if (!to_array(t, inputs.back())) return {2, "self-test: " + vectors->file + ": a damaged input tensor"};
+        }
+        for (const auto& t : c.at("expected")) {
+          expected.emplace_back();
+          if (!to_array(t, expected.back())) return {2, "self-test: " + vectors->file + ": a damaged output tensor"};
+        }
+        Failure f = bundle.run(p.name, c.at("method").get<std::string>(), inputs, outputs);
+        if (f.exit_code == 2 && p.backend == "qnn") {  // no QNN libraries on this host
+          failure.clear();
+          row["reason"] = "not run on this host: " + f.message;
+          break;
+        }
+        if (f) {
+          failure = f.message;
+          break;
+        }
+        if (outputs.size() != expected.size()) {
+          failure = std::to_string(outputs.size()) + " outputs, the vectors hold " + std::to_string(expected.size());
+          break;
+        }
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          if (outputs[i].numel() != expected[i].numel()) {
+            failure = "output " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) + " values, " +
+                      std::to_string(expected[i].numel()) + " expected";
+            break;
+          }
+          Metrics m = compare(expected[i], outputs[i]);
+          worst.max_abs = std::max(worst.max_abs, m.max_abs);
+          worst.cosine = std::min(worst.cosine, m.cosine);
+          worst.sqnr_db = std::min(worst.sqnr_db, m.sqnr_db);
+        }
+        row["cases"] = row["cases"].get<int>() + 1;
+        if (!failure.empty()) break;
+      }
+      if (row["reason"].get<std::string>().rfind("not run", 0) == 0) {
+        // stays not-run
+      } else if (!failure.empty()) {
+        row["status"] = "failed";
+        row["reason"] = failure;
+      } else {
+        row["min_cosine"] = worst.cosine;
+        row["min_sqnr_db"] = worst.sqnr_db;
+        row["max_abs"] = worst.max_abs;
+        std::string missed;
+        if (worst.cosine < p.tolerance_min_cosine)
+          missed += "cosine " + std::to_string(worst.cosine) + " < " + std::to_string(p.tolerance_min_cosine);
+        if (worst.sqnr_db < p.tolerance_min_sqnr_db)
+          missed += (missed.empty() ? "" : "; ") + std::string("SQNR ") + std::to_string(worst.sqnr_db) + " dB < " +
+                    std::to_string(p.tolerance_min_sqnr_db) + " dB";
+        row["status"] = missed.empty() ? "passed" : "failed";
+        row["reason"] = missed;
+      }
+    }
+    if (row["status"] == "failed") passed = false;
+    programs.push_back(row);
+  }
+  result = {{"passed", passed}, {"programs", programs}};
+  return {};
+}
+
+}  // namespace deployc
