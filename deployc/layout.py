@@ -12,8 +12,8 @@ def program_file(model: str) -> str:
     return f"{model}.pte"
 
 
-def tokenizer_file(name: str) -> str:
-    return f"assets/tokenizers/{name}.json"
+def tokenizer_file(name: str, sentencepiece: bool = False) -> str:
+    return f"assets/tokenizers/{name}.{'model' if sentencepiece else 'json'}"
 
 
 def index_file(name: str) -> str:

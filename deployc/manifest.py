@@ -204,14 +204,18 @@ class PipelineInput(Frozen):
 
 
 class TokenizerAsset(Frozen):
-    """A Hugging Face tokenizer.json: a file next to the manifest, or a file inside an installed package
-    (found without importing the package)."""
+    """A Hugging Face tokenizer.json or a SentencePiece .model: a file next to the manifest, or a file
+    inside an installed package (found without importing the package)."""
 
     path: str | None = Field(default=None, description="relative to the manifest's folder")
     package: str | None = Field(default=None, description="installed Python package that ships the file")
     file: str | None = Field(default=None, description="path of the file inside `package`")
     huggingface: str | None = Field(default=None, description="a Hugging Face model directory holding "
                                                               "tokenizer.json, relative to the manifest")
+
+    def is_sentencepiece(self) -> bool:
+        """A SentencePiece model file (`.model`) rather than a tokenizer.json."""
+        return (self.path or self.file or "").endswith(".model")
 
 
 class Chunking(Frozen):

@@ -295,7 +295,8 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
     folder = project.folder
     found = {name: tokenizer_file(t, folder) for name, t in pipeline.tokenizers.items()}
     shas = {name: inputs.add(path, "tokenizer") for name, path in found.items() if path is not None}
-    out: list[Any] = [TokenizerAssetPlan(name=name, file=layout.tokenizer_file(name),
+    out: list[Any] = [TokenizerAssetPlan(name=name,
+                                         file=layout.tokenizer_file(name, pipeline.tokenizers[name].is_sentencepiece()),
                                          source=pipeline.tokenizers[name], sha256=sha)
                       for name, sha in sorted(shas.items())]
     by_model = {u.model: u for u in units}

