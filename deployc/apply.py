@@ -12,10 +12,8 @@ from deployc.errors import Diagnostic, ManifestError, PlanChanged
 from deployc.events import EventSink, Say
 from deployc.executors import Executor
 from deployc.hashes import sha256_of
-from deployc.packaging.assets import build_assets
-from deployc.packaging.bundle import write_bundle
 from deployc.plan import BuildPlan
-from deployc.release import ReleaseStatus, release_status
+from deployc.release import ReleaseStatus, intact, release_status
 from deployc.results import BuildReport, BundleResult
 from deployc.toolchain import Toolchain
 
@@ -62,12 +60,20 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
     results = build(plan, cache, executor, events, say, warn)
     bundles: dict[str, BundleResult] = {}
     not_written: dict[str, str] = {}
+    unchanged = {s.profile for s in releases if s.state == "unchanged"}
     for t in plan.targets:
         units = [results[u.label] for u in t.units]
         failed = [u for u in units if u.status == "failed"]
         if failed:
             not_written[t.profile] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
+        folder, archive = out / t.bundle.dir, out / t.bundle.archive
+        if t.profile in unchanged and intact(folder, archive):
+            bundles[t.profile] = BundleResult(dir=str(folder), archive=str(archive))
+            continue
+        from deployc.packaging.assets import build_assets  # packaging imports flatbuffers (and numpy)
+        from deployc.packaging.bundle import write_bundle
+
         assets = build_assets(plan, t, results, cache, say)
         bundles[t.profile] = write_bundle(plan, t, units, out, force, assets)
     return BuildReport(units=list(results.values()), bundles=bundles, bundles_not_written=not_written,

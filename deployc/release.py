@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from deployc import layout
+from deployc.fingerprint import file_sha256
 from deployc.plan import BuildPlan, TargetPlan
 from deployc.schema_base import Frozen
 
@@ -67,3 +68,16 @@ def _status(plan: BuildPlan, t: TargetPlan, folder: Path) -> ReleaseStatus:
     if lock.get("tools") != plan.toolchain.versions or lock.get("code") != plan.toolchain.code:
         return status.model_copy(update={"state": "tools-changed"})
     return status.model_copy(update={"state": "unchanged"})
+
+
+def intact(folder: Path, archive: Path) -> bool:
+    """The published release still holds exactly the files its lock lists, byte for byte, and its archive:
+    an unchanged release needs no packaging (a no-op rebuild then never stages, encodes or copies)."""
+    lock = _lock(folder)
+    if lock is None or not archive.is_file() or not isinstance(lock.get("files"), dict):
+        return False
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {layout.LOCK_FILE}
+    if on_disk != set(lock["files"]):
+        return False
+    return all((folder / name).stat().st_size == info.get("size") and file_sha256(folder / name) == info.get("sha256")
+               for name, info in lock["files"].items())
