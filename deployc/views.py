@@ -203,6 +203,10 @@ def render_run(console: Console, result: dict[str, Any]) -> None:
             console.result(f"{name}: {value}")
     console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
                    + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+    if g := result.get("generation"):
+        console.result(f"generation: first token {g['first_token_ms']:.1f} ms after the stage began "
+                       f"({g['prompt_tokens']} prompt tokens), then {g['per_token_ms']:.2f} ms per token, "
+                       f"{g['tokens']} tokens")
 
 
 def render_profiles(console: Console, found: dict[str, tuple[Path, Origin]]) -> None:

@@ -148,6 +148,9 @@ def test_deployc_run_answers_from_the_bundle_alone(rag: Path, tmp_path: Path) ->
     assert sources[0]["score"] >= sources[1]["score"] >= sources[2]["score"]
     assert isinstance(result["outputs"]["answer"], str) and result["outputs"]["answer"]
     assert set(result["latency_ms"]) == {"query_tokens", "query_embedding", "retrieve", "prompt", "answer"}
+    g = result["generation"]  # load, first token and the tokens after it, reported apart
+    assert result["load_ms"] > 0 and g["prompt_tokens"] > 10 and 1 <= g["tokens"] <= 24
+    assert 0 < g["first_token_ms"] <= result["latency_ms"]["answer"] and g["per_token_ms"] >= 0
     r = run_subprocess("run", str(copy), "--input", "question=x", cwd=tmp_path)
     assert r.code == 2 and "pipeline inputs are query; missing query" in r.err
 

@@ -115,6 +115,7 @@ class Bundle:
             raise UserError.at(self.folder, f"pipeline inputs are {', '.join(pipeline['inputs'])}; "
                                + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
         values: dict[str, Any] = dict(inputs)
+        self.generation: dict[str, Any] = {}
         t = time.perf_counter()
         for stage in pipeline["stages"]:  # load every program first: stage latencies exclude loading
             if stage["program"]:
@@ -128,7 +129,8 @@ class Bundle:
             latency[stage["name"]] = round((time.perf_counter() - t) * 1000.0, 3)
             values.update({f"{stage['name']}.{k}": v for k, v in outputs.items()})
         result = {name: values[ref] for name, ref in (item.split("=", 1) for item in pipeline["outputs"])}
-        return {"outputs": result, "latency_ms": latency, "load_ms": load_ms}
+        return {"outputs": result, "latency_ms": latency, "load_ms": load_ms,
+                **({"generation": self.generation} if self.generation else {})}
 
     def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         op = stage["op"]
@@ -166,15 +168,24 @@ class Bundle:
             ids = [params["bos_id"], *ids]
         stops = params.get("stop", [])
 
+        calls: list[float] = []  # when each decoder call began: the second one follows the first token
+
         def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            calls.append(time.perf_counter())
             return self.call(program, [tokens, positions])[0]
 
         def stopped(out: list[int]) -> bool:
             text = tk.decode(out)
             return any(s in text for s in stops)
 
+        start = time.perf_counter()
         new = generate(step, ids, params["max_new_tokens"], params["max_seq_len"], params.get("eos_ids", []),
                        params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
+        end = time.perf_counter()
+        first = (calls[1] if len(calls) > 1 else end) - start
+        self.generation = {"prompt_tokens": len(ids), "tokens": len(new), "first_token_ms": round(first * 1000, 3),
+                           "per_token_ms": round((end - calls[1]) * 1000 / (len(calls) - 1), 3) if len(calls) > 1
+                           else 0.0}
         text = tk.decode(new)
         for s in stops:
             text = text.split(s)[0]
