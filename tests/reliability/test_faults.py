@@ -72,7 +72,7 @@ def test_full_disk_gives_a_clear_error_and_keeps_the_previous_bundle(tmp_path: P
     result, _ = build_json(manifest, out, cache)
     assert result.code == 0, result.err[-1000:]
     bundle = out / "tiny" / "0.1.0" / "arduino_q"
-    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    before = {p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*") if p.is_file()}
     manifest.write_text(TINY.replace("hidden: 16", "hidden: 24"))
     build_json(manifest, tmp_path / "scratch", cache)  # cache the new program; packaging is what fails below
 
@@ -88,7 +88,7 @@ def test_full_disk_gives_a_clear_error_and_keeps_the_previous_bundle(tmp_path: P
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "error: File too large" in proc.stderr or "File too large" in proc.stderr
-    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+    assert {p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*") if p.is_file()} == before
     assert verify_bundle(bundle) == []
     assert not [p for p in bundle.parent.iterdir() if p.name.startswith(".arduino_q.")]
 
