@@ -40,7 +40,8 @@ def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -
         assert {p["name"]: p["verification"]["status"] for p in config["programs"]} == {
             "embedder": "passed", "llm": "passed"}
         kinds = {a["name"]: a["kind"] for a in config["assets"]}
-        assert kinds == {"wordpiece": "tokenizer", "docs": "vector_index", "docs.vectors": "vector_index_vectors"}
+        assert kinds == {"wordpiece": "tokenizer", "docs": "vector_index", "docs.vectors": "vector_index_vectors",
+                         "embedder.self_test": "self_test", "llm.self_test": "self_test"}
         lock = json.loads((rag / target / "bundle.lock.json").read_text())
         assert {"assets/indexes/docs.json", "assets/indexes/docs.f32", "assets/tokenizers/wordpiece.json"} <= set(
             lock["files"])

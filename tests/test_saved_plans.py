@@ -113,13 +113,15 @@ def test_release_status_before_anything_is_lowered(tiny: Path, tmp_path: Path) -
     assert [s.state for s in release_status(plan, tmp_path / "d")] == ["unknown"]
     _release(plan, tmp_path / "e", {**same, "bundle_key": "0" * 64, "content_keys": {"net.pte": "1" * 64}})
     (changed,) = release_status(plan, tmp_path / "e")
-    assert changed.state == "changed" and changed.files == ["net.pte", "runtime.bin", "runtime.json"]
+    assert changed.state == "changed"
+    assert changed.files == ["net.pte", "runtime.bin", "runtime.json", "selftest/net.json"]
     with pytest.raises(ManifestError) as info:
         check_releases(plan, tmp_path / "e", force=False)
     d = info.value.diagnostics[0]
     assert (d.location.path, d.location.line) == (str(tiny), 3)
-    assert d.message == (f"version: release tiny 0.1.0 for arduino_q already exists in {tmp_path / 'e' / 'tiny' / '0.1.0'} "
-                         "with different content (net.pte, runtime.bin, runtime.json)")
+    assert d.message == (f"version: release tiny 0.1.0 for arduino_q already exists in "
+                         f"{tmp_path / 'e' / 'tiny' / '0.1.0'} "
+                         "with different content (net.pte, runtime.bin, runtime.json, selftest/net.json)")
     assert [s.state for s in check_releases(plan, tmp_path / "e", force=True)] == ["changed"]
 
 
