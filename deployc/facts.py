@@ -13,6 +13,7 @@ from deployc.schema_base import Frozen
 FACTS_SCHEMA_VERSION = 1
 FACTS_FILE = "facts.json"
 PROGRAM_FILE = "program.pte"
+PROGRAM_DATA_FILE = "program.ptd"  # its external weights, when the plan keeps them outside the .pte
 
 
 class SizeRange(Frozen):
@@ -77,6 +78,7 @@ class ProgramFacts(Frozen):
     backend: str
     quantization: str
     size_bytes: int
+    data_bytes: int = 0  # the .ptd beside it (weights: external)
     dims: list[DimPlan]
     signatures: dict[str, Signature]  # the exported methods (constant methods have none)
     methods: dict[str, MethodFacts]  # every method of the program, constant methods included

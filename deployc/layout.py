@@ -12,6 +12,11 @@ def program_file(model: str) -> str:
     return f"{model}.pte"
 
 
+def program_data_file(model: str) -> str:
+    """A program's external weights (ExecuTorch named data), when the model keeps them outside the .pte."""
+    return f"{model}.ptd"
+
+
 def tokenizer_file(name: str, sentencepiece: bool = False) -> str:
     return f"assets/tokenizers/{name}.{'model' if sentencepiece else 'json'}"
 

@@ -191,6 +191,9 @@ class ModelSpec(Frozen):
     params: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="parameter count, for a plan-time size estimate")
     seed: int = Field(default=0, description="seed for weights' init and example inputs")
+    weights: Literal["embedded", "external"] = Field(
+        default="embedded", description="embedded: weights inside the .pte; external: in a <model>.ptd data file "
+        "beside it (ExecuTorch named data), stored once per bundle when programs share identical weights")
     overrides: dict[str, Override] = Field(default_factory=dict, description="per target name")
 
 

@@ -120,6 +120,7 @@ class Serialize(Frozen):
     step: Literal["serialize"] = "serialize"
     key: str = ""
     memory_planning: str = "greedy"
+    external_weights: bool = False  # weights (delegated and not) go to a .ptd data file beside the .pte
 
 
 class Verify(Frozen):
@@ -150,6 +151,7 @@ class Package(Frozen):
     outputs: list[OutputPlan] = []  # declared names and shapes; checked against the built program
     method_outputs: dict[str, list[OutputPlan]] = {}  # the same for further methods
     requirements: dict[str, str] = {}  # what the device needs beyond the runtime (runtime config)
+    data_file: str = ""  # the program's .ptd in the bundle (weights: external), "" when it has none
 
 
 Step = Annotated[Union[LoadModel, Export, Quantize, Lower, Serialize, Verify, CheckBudget, Package],
@@ -216,6 +218,10 @@ class UnitPlan(Frozen):
     @property
     def verify(self) -> Verify:
         return self._step(Verify)
+
+    @property
+    def serialize(self) -> Serialize:
+        return self._step(Serialize)
 
     @property
     def budget(self) -> CheckBudget:

@@ -110,6 +110,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
     if not toolchain.backends[unit.backend].usable:
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
+    if r.spec.weights == "external" and not backend.external_weights:
+        return None, "keeps its weights inside its delegate; the model asks for weights: external"
     if backend.static_shapes_only and r.dynamic_dims:
         return None, (f"needs static shapes; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
                       f"static for this target: overrides.{r.target}.dims.<dim>: {{min: N, max: N}})")
@@ -217,12 +219,13 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
               constants=spec.constants, code=toolchain.code[unit.backend],
               toolchain=toolchain.backends[unit.backend].facts),
-        Serialize(),
+        Serialize(external_weights=spec.weights == "external"),
         Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=_generated_tokens(spec, dims),
                min_tokens=tol.tokens or 0),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
-        Package(file=layout.program_file(r.model), task=spec.task, outputs=_outputs(spec.outputs),
+        Package(file=layout.program_file(r.model), task=spec.task,
+                data_file=layout.program_data_file(r.model) if spec.weights == "external" else "", outputs=_outputs(spec.outputs),
                 method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
                 requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),
     ]
@@ -331,6 +334,7 @@ def _bundle(project: Project, target: str, profile: str, device: dict[str, str],
             assets: list[Any], pipeline: Any) -> BundlePlan:
     m = project.manifest
     content = {u.package.file: program_content_key(u) for u in units}
+    content.update({u.package.data_file: program_content_key(u) for u in units if u.package.data_file})
     # Self-test vectors are the program's verification points (from its dims) and eager outputs: the
     # program's content decides them, its tolerances do not.
     content.update({layout.self_test_file(u.model): program_content_key(u) for u in units})

@@ -35,7 +35,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ["m.yaml:12:5: error: models.clf: unknown field 'quantizaton'",
          "    hint: did you mean 'quantization'? valid fields: source, task, inputs, outputs, dims, methods, constants, "
          "quantization, verify, params, "
-         "seed, overrides"],
+         "seed, weights, overrides"],
     ),
     "unknown-top-key": (
         manifest("targetz: [x]\n"),

@@ -12,20 +12,38 @@ from deployc.plan import Lower
 from deployc.quantization import Recipe
 from deployc.targets.backends import BACKENDS
 
+WEIGHTS_TAG = "weights"  # every external tensor goes to one data file, weights.ptd
+
+
+def tag_external_weights(program: torch.export.ExportedProgram) -> None:
+    """Mark every parameter, buffer and lifted constant for the data file: delegates (XNNPACK) read the
+    tag from the placeholder's custom meta when they serialize their weights; to_executorch's
+    external_constants moves the non-delegated ones."""
+    sig = program.graph_signature
+    names = {*sig.inputs_to_parameters, *sig.inputs_to_buffers, *sig.inputs_to_lifted_tensor_constants}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = WEIGHTS_TAG
+
 
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
-                  recipe: Recipe) -> tuple[dict[str, Any], Any]:
-    """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods."""
+                  recipe: Recipe, external_weights: bool = False) -> tuple[dict[str, Any], Any]:
+    """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods.
+    With external_weights, the manager's tensor data holds one file, weights.ptd."""
     from executorch.exir import ExecutorchBackendConfig
 
     backend = BACKENDS[step.backend]
     try:
+        if external_weights:
+            for ep in programs.values():
+                tag_external_weights(ep)
         edge = backend.to_edge(programs, recipe, step.options, step.constants)
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         # Quantized embedding tables export as dequantize + embedding; the fusion pass turns them into
         # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).
         fusion = {"do_quant_fusion_and_const_prop": True} if recipe.embedding_bits else {}
-        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion))
+        external = {"external_constants": lambda _node: WEIGHTS_TAG} if external_weights else {}
+        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion, **external))
     except BuildError:
         raise
     except Exception as exc:

@@ -40,7 +40,7 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 
 
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
-           log: Any = None, sequences: list[list[int]] | None = None) -> Measurement:
+           log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None) -> Measurement:
     """`sequences`: per fixed prompt, the indexes of the checks that generate from it (text-generation
     programs); they are compared by the tokens they choose, the other checks by the metrics."""
     import torch
@@ -55,7 +55,8 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         torch.save({"checks": [(method, inputs) for method, _, inputs in checks],
                     "timed": forward[len(forward) // 2]}, inputs_path)
         try:
-            _, stderr = verifier.communicate(f"{pte} {inputs_path} {outputs_path}\n", timeout=VERIFY_TIMEOUT_S)
+            job = f"{pte} {inputs_path} {outputs_path}" + (f" {data}" if data else "")
+            _, stderr = verifier.communicate(job + "\n", timeout=VERIFY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             verifier.kill()
             verifier.wait()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from deployc.cache import open_cache
 from deployc.captured import captured
 from deployc.errors import BuildError
 from deployc.events import Event, EventSink
-from deployc.facts import FACTS_FILE, PROGRAM_FILE, ProgramFacts, Signature, TensorFacts
+from deployc.facts import FACTS_FILE, PROGRAM_DATA_FILE, PROGRAM_FILE, ProgramFacts, Signature, TensorFacts
 from deployc.faults import fault_point
 from deployc.plan import Export, UnitPlan
 from deployc.results import WorkerJob, WorkerResult
@@ -133,7 +134,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     from deployc.facts import Measurement
     from deployc.graph.export import MethodModule, export_model
     from deployc.graph.inputs import export_point, make_inputs
-    from deployc.graph.lower import lower_program
+    from deployc.graph.lower import WEIGHTS_TAG, lower_program
     from deployc.graph.model import load_model
     from deployc.graph.quantize import (
         calibration_samples,
@@ -210,25 +211,36 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         lap("quantize")
 
     at("lower")
-    graph, program = lower_program(programs, lower, recipe)
+    external = unit.serialize.external_weights
+    graph, program = lower_program(programs, lower, recipe, external)
     methods = method_facts(program.executorch_program)
     lap("lower")
     at("serialize")
     pte = staging / PROGRAM_FILE
     pte.write_bytes(program.buffer)
+    data = None
+    if external:
+        data = staging / PROGRAM_DATA_FILE
+        with tempfile.TemporaryDirectory(dir=staging) as tmp:
+            program.write_tensor_data_to_file(tmp)
+            written = sorted(Path(tmp).iterdir())
+            if [p.name for p in written] != [f"{WEIGHTS_TAG}.ptd"]:
+                raise BuildError(f"external weights: expected one data file, ExecuTorch wrote "
+                                 f"{[p.name for p in written] or 'none'}")
+            written[0].replace(data)
     lap("serialize")
 
     outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
                for name, _, _ in signatures}
     if verifier is not None:
         at("verify")
-        measurement = verify(pte, checks, references, verifier, log, sequences)
+        measurement = verify(pte, checks, references, verifier, log, sequences, data)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)
     return ProgramFacts(
         program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
-        size_bytes=pte.stat().st_size, dims=export.dims,
+        size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
         signatures={name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
                                             for i in inputs], outputs=outputs[name])
                     for name, _, inputs in signatures},

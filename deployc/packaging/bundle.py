@@ -19,7 +19,7 @@ from filelock import FileLock
 import deployc
 from deployc import layout
 from deployc.errors import Diagnostic, ManifestError
-from deployc.facts import SizeRange, TensorFacts
+from deployc.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
 from deployc.faults import fault_point
 from deployc.fingerprint import file_sha256
 from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
@@ -64,7 +64,7 @@ def _verification(v: Verification) -> dict[str, Any]:
             "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens}
 
 
-def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
+def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, int] | None) -> dict[str, Any]:
     facts, verification = r.facts, r.verification
     assert facts is not None and verification is not None  # only built units are packaged
     dims = {d.name: {"min": d.min, "max": d.max, "multiple_of": d.multiple_of} for d in facts.dims}
@@ -85,6 +85,7 @@ def _program_entry(r: UnitResult, file: str, sha256: str) -> dict[str, Any]:
         "unit": r.unit.unit, "backend": r.unit.backend, "quantization": r.unit.quantization,
         "threads": r.unit.threads or 0, "warmup": r.unit.warmup, "methods": methods,
         "verification": _verification(verification), **({"requirements": requirements} if requirements else {}),
+        **({"data_file": data[0], "data_sha256": data[1], "data_bytes": data[2]} if data else {}),
     }
 
 
@@ -131,11 +132,20 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
     staging = Path(tempfile.mkdtemp(dir=release, prefix=f".{target.profile}.tmp-"))
     try:
         programs = []
+        data_files: dict[str, str] = {}  # sha256 -> the bundle file holding those weights
         for r in sorted(results, key=lambda r: r.unit.model):
             assert r.program is not None
             file = r.unit.package.file
             shutil.copyfile(r.program, staging / file)
-            programs.append(_program_entry(r, file, file_sha256(staging / file)))
+            data = None
+            if r.unit.package.data_file:  # weights: external; identical weights are stored once
+                source = Path(r.program).parent / PROGRAM_DATA_FILE
+                sha = file_sha256(source)
+                if sha not in data_files:
+                    data_files[sha] = r.unit.package.data_file
+                    shutil.copyfile(source, staging / data_files[sha])
+                data = (data_files[sha], sha, source.stat().st_size)
+            programs.append(_program_entry(r, file, file_sha256(staging / file), data))
         asset_entries = []
         for r in sorted(results, key=lambda r: r.unit.model):
             vectors = Path(str(r.program)).parent / SELF_TEST_FILE

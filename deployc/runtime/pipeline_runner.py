@@ -38,7 +38,11 @@ class Bundle:
 
             if program not in self._programs:
                 self._prepare(program)
-                self._programs[program] = load_program(self.folder / self.programs[program]["file"])
+                entry = self.programs[program]
+                data = self.folder / entry["data_file"] if entry.get("data_file") else None
+                if data is not None and not data.is_file():  # the raw runtime segfaults without it
+                    raise RunError(f"program {program}: its weights file {entry['data_file']} is missing")
+                self._programs[program] = load_program(self.folder / entry["file"], data)
             try:
                 self._methods[(program, name)] = self._programs[program].load_method(name)
             except RuntimeError as exc:

@@ -3,7 +3,7 @@
 Isolated because a runtime fault (e.g. a program loaded without its external weights) kills the
 process with SIGSEGV; the parent turns that into a failed unit. The parent starts this process early,
 so that its imports overlap with lowering, and sends the job when the program exists:
-    python -m deployc.runtime.verify_worker      (stdin: one line, "PROGRAM INPUTS_PT OUTPUTS_PT")
+    python -m deployc.runtime.verify_worker      (stdin: one line, "PROGRAM INPUTS_PT OUTPUTS_PT [DATA_PTD]")
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 
 LATENCY_RUNS = 5
 
@@ -20,16 +21,17 @@ def main(argv: list[str]) -> int:
 
     from deployc.runtime.host import load_program
 
-    job = argv[:3] if len(argv) >= 3 else sys.stdin.readline().split()
-    if len(job) != 3:
+    job = argv if len(argv) >= 3 else sys.stdin.readline().split()
+    if len(job) not in (3, 4):
         return 0  # the parent gave up before sending a job (the build failed first)
-    program_path, inputs_path, outputs_path = job
+    program_path, inputs_path, outputs_path = job[:3]
+    data_path = Path(job[3]) if len(job) == 4 else None
     runs = LATENCY_RUNS
     job_data = torch.load(inputs_path, weights_only=True)
     checks = job_data["checks"]  # [(method name, [tensors])], run in order: stateful programs see the same calls
     timed = job_data["timed"]  # the check whose call is timed
     t = time.perf_counter()
-    program = load_program(program_path)
+    program = load_program(program_path, data_path)
     methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
     load_s = time.perf_counter() - t
     outputs = [[o.clone() for o in methods[name](list(inputs))] for name, inputs in checks]

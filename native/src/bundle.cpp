@@ -129,7 +129,11 @@ std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
     return nullptr;
   }
   std::vector<std::pair<std::string, std::string>> files;  // every file the config names, with its sha256
-  for (const auto& p : b->config_.programs) files.emplace_back(p.file, p.sha256);
+  for (const auto& p : b->config_.programs) {
+    files.emplace_back(p.file, p.sha256);
+    // A program loaded without its external weights crashes the runtime: the data file is checked too.
+    if (!p.data_file.empty()) files.emplace_back(p.data_file, p.data_sha256);
+  }
   for (const auto& a : b->config_.assets) files.emplace_back(a.file, a.sha256);
   for (const auto& [file, sha] : files) {
     if (file.empty() || file[0] == '/' || file.find("..") != std::string::npos) {
@@ -177,7 +181,9 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
       return f;
     }
     slot = std::make_unique<Loaded>();
-    slot->module = std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap);
+    slot->module = p->data_file.empty()
+                       ? std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap)
+                       : std::make_unique<Module>(dir_ + "/" + p->file, dir_ + "/" + p->data_file, Module::LoadMode::Mmap);
   }
   if (slot->planned.count(method)) return {};
   auto meta = slot->module->method_meta(method);

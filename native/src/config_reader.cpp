@@ -60,6 +60,8 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
       spec.unit = str(p->unit()); spec.backend = str(p->backend()); spec.quantization = str(p->quantization());
       spec.size_bytes = p->size_bytes(); spec.threads = p->threads(); spec.warmup = p->warmup();
       spec.verification = p->verification() ? str(p->verification()->status()) : "";
+      spec.data_file = str(p->data_file());
+      spec.data_sha256 = str(p->data_sha256());
       if (p->verification()) {
         spec.tolerance_min_cosine = p->verification()->tolerance_min_cosine();
         spec.tolerance_min_sqnr_db = p->verification()->tolerance_min_sqnr_db();

@@ -72,6 +72,7 @@ class BackendBase:
     quantized_embeddings: frozenset[str] = frozenset()  # schemes whose embedding tables it quantizes too
     delegate_id: str = ""  # the id its delegates carry in a .pte ("" when it makes none)
     not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
+    external_weights: bool = False  # can put its weights in a .ptd data file (ExecuTorch named data)
 
     @property
     def schemes(self) -> frozenset[str]:
