@@ -158,6 +158,26 @@ std::string utf8_lossy(const std::string& bytes) {
   return out;
 }
 
+Failure check_utf8(const std::string& text) {
+  size_t bad = 0;
+  std::vector<int32_t> probe;
+  if (!decode_utf8(text, probe, &bad)) return {2, "the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
+  return {};
+}
+
+// prefix + body + suffix, the body cut so that the whole fits max_length (0: no limit), as `tokenizers`
+// truncates when special tokens are added.
+std::vector<int64_t> assemble(const std::vector<int64_t>& prefix, std::vector<int64_t> body,
+                              const std::vector<int64_t>& suffix, size_t max_length) {
+  size_t specials = prefix.size() + suffix.size();
+  if (max_length > 0 && body.size() + specials > max_length)
+    body.resize(max_length > specials ? max_length - specials : 0);
+  std::vector<int64_t> ids = prefix;
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), suffix.begin(), suffix.end());
+  return ids;
+}
+
 // GPT-2's reversible map from bytes to printable characters.
 struct ByteMap {
   int32_t to_char[256];
@@ -277,10 +297,7 @@ class HfTokenizer : public Tokenizer {
 
   Failure encode(const std::string& text, bool add_special, size_t max_length,
                  std::vector<int64_t>& ids) const override {
-    size_t bad = 0;
-    std::vector<int32_t> probe;
-    if (!decode_utf8(text, probe, &bad))
-      return {2, "the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
+    if (Failure f = check_utf8(text)) return f;
     std::vector<int64_t> body;
     for (const auto& [segment, added] : split_added(text)) {
       if (added >= 0) {
@@ -304,12 +321,7 @@ class HfTokenizer : public Tokenizer {
         dst.insert(dst.end(), item.begin(), item.end());
       }
     }
-    size_t specials = prefix.size() + suffix.size();
-    if (max_length > 0 && body.size() + specials > max_length)
-      body.resize(max_length > specials ? max_length - specials : 0);
-    ids = prefix;
-    ids.insert(ids.end(), body.begin(), body.end());
-    ids.insert(ids.end(), suffix.begin(), suffix.end());
+    ids = assemble(prefix, std::move(body), suffix, max_length);
     return {};
   }
 
@@ -720,20 +732,13 @@ class SpTokenizer : public Tokenizer {
   }
   Failure encode(const std::string& text, bool add_special, size_t max_length,
                  std::vector<int64_t>& ids) const override {
-    size_t bad = 0;
-    std::vector<int32_t> probe;
-    if (!decode_utf8(text, probe, &bad))
-      return {2, "the input is not valid UTF-8 (byte " + std::to_string(bad) + ")"};
+    if (Failure f = check_utf8(text)) return f;
     std::vector<int> pieces;
     auto status = sp_->Encode(text, &pieces);
     if (!status.ok()) return {1, "sentencepiece: " + status.ToString()};
-    std::vector<int64_t> body(pieces.begin(), pieces.end());
     std::vector<int64_t> prefix;
     if (add_special && sp_->bos_id() >= 0) prefix.push_back(sp_->bos_id());
-    if (max_length > 0 && body.size() + prefix.size() > max_length)
-      body.resize(max_length > prefix.size() ? max_length - prefix.size() : 0);
-    ids = prefix;
-    ids.insert(ids.end(), body.begin(), body.end());
+    ids = assemble(prefix, std::vector<int64_t>(pieces.begin(), pieces.end()), {}, max_length);
     return {};
   }
   std::string decode(const std::vector<int64_t>& ids) const override {
