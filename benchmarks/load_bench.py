@@ -9,6 +9,12 @@ smallest declared input). raw: `executorch.runtime.Runtime.get().load_program(pa
 `executorch.kernels.quantized` imported: without it a program with quantized embedding tables does not
 load). deployc:
 `deployc.runtime.host.load_program`, what `deployc run` and the build's verifier use.
+
+Then the same for the native runner (built by `deployc native build`), as whole processes: the anchor is
+`deployc-runner --raw PROGRAM.pte` (a bare ExecuTorch Module: mmap, load, one call), against
+`deployc-runner BUNDLE --program NAME` (runtime.bin read and verified, every file's sha256 checked,
+planned-memory arenas from the config, the declared warm-up, input checks, one call): time from
+process start to the first output, measured inside the process.
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import numpy as np
+
+RUNNER = Path(__file__).resolve().parent.parent / "native" / "build" / "deployc-runner"
 
 CHILD = r"""
 import json, sys, time
@@ -80,6 +91,38 @@ def main() -> None:
               f"{ours['load_ms'] / raw['load_ms']:>5.2f}x {raw['first_ms']:>8.1f}ms {ours['first_ms']:>12.1f}ms")
     print(f"\nwhole bundle, load + first output: raw {total_raw:.0f} ms, deployc {total_ours:.0f} ms "
           f"({total_ours / total_raw:.2f}x; goal <= 1.2x)")
+    if RUNNER.is_file():
+        native(bundle, config)
+    else:
+        print(f"\nnative rows skipped: {RUNNER} is missing (deployc native build)")
+
+
+def _median_ready(cmd: list[str]) -> float:
+    runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+            for _ in range(RUNS)]
+    return statistics.median(r["ready_ms"] for r in runs)
+
+
+def native(bundle: Path, config: dict) -> None:
+    print(f"\nnative runner, process start to first output (median of {RUNS}):")
+    print(f"{'program':<10} {'raw Module':>11} {'deployc-runner':>15} {'ratio':>6}")
+    total_raw = total_ours = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in config["programs"]:
+            if p["backend"] != "xnnpack":
+                continue
+            files = []
+            for i, (shape, dtype) in enumerate(_smallest(p)):
+                np.save(Path(tmp) / f"{p['name']}{i}.npy", np.zeros(shape, dtype=np.int64 if dtype == "int64"
+                                                                       else np.float32))
+                files += ["--input", str(Path(tmp) / f"{p['name']}{i}.npy")]
+            raw = _median_ready([str(RUNNER), "--raw", str(bundle / p["file"]), *files])
+            ours = _median_ready([str(RUNNER), str(bundle), "--program", p["name"], *files])
+            total_raw += raw
+            total_ours += ours
+            print(f"{p['name']:<10} {raw:>9.1f}ms {ours:>13.1f}ms {ours / raw:>5.2f}x")
+    print(f"whole bundle: raw {total_raw:.0f} ms, deployc-runner {total_ours:.0f} ms ({total_ours / total_raw:.2f}x; "
+          f"goals <= 1.2x and < 300 ms)")
 
 
 if __name__ == "__main__":
