@@ -288,3 +288,17 @@ def test_self_test_says_not_run_for_programs_this_host_cannot_run(suite: Built) 
         else:
             assert r["status"] == "passed", r
     assert "xnnpack" in backends
+
+
+def test_quick_check_opens_by_size_and_still_refuses_a_cut_file(runner: Path, suite: Built, tmp_path: Path) -> None:
+    copy = _copy(suite, tmp_path)
+    proc = _native(runner, str(copy), "--quick-check")
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    data = bytearray((copy / "mlp_8da8w.pte").read_bytes())
+    data[200] ^= 0xFF  # same size: only the full check (or the self-test) can tell
+    (copy / "mlp_8da8w.pte").write_bytes(bytes(data))
+    assert _native(runner, str(copy), "--quick-check").returncode == 0
+    assert "sha256 does not match runtime.bin" in _native(runner, str(copy)).stderr
+    (copy / "mlp_8da8w.pte").write_bytes(bytes(data[:-1]))
+    proc = _native(runner, str(copy), "--quick-check")
+    assert proc.returncode == 2 and "error: mlp_8da8w.pte: size does not match runtime.bin" in proc.stderr

@@ -120,7 +120,7 @@ Failure prepare_backend(const ProgramSpec& p) {
 }
 }  // namespace
 
-std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
+std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure, Check check) {
   std::unique_ptr<Bundle> b(new Bundle());
   b->dir_ = dir;
   std::string err = read_runtime_config(dir + "/runtime.bin", b->config_);
@@ -128,14 +128,18 @@ std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
     failure = fail(2, err);
     return nullptr;
   }
-  std::vector<std::pair<std::string, std::string>> files;  // every file the config names, with its sha256
+  struct Expected {
+    std::string file, sha256;
+    uint64_t size = 0;  // 0: not recorded in runtime.bin (assets)
+  };
+  std::vector<Expected> files;  // every file the config names
   for (const auto& p : b->config_.programs) {
-    files.emplace_back(p.file, p.sha256);
+    files.push_back({p.file, p.sha256, p.size_bytes});
     // A program loaded without its external weights crashes the runtime: the data file is checked too.
-    if (!p.data_file.empty()) files.emplace_back(p.data_file, p.data_sha256);
+    if (!p.data_file.empty()) files.push_back({p.data_file, p.data_sha256, p.data_bytes});
   }
-  for (const auto& a : b->config_.assets) files.emplace_back(a.file, a.sha256);
-  for (const auto& [file, sha] : files) {
+  for (const auto& a : b->config_.assets) files.push_back({a.file, a.sha256, 0});
+  for (const auto& [file, sha, size] : files) {
     if (file.empty() || file[0] == '/' || file.find("..") != std::string::npos) {
       failure = fail(2, "runtime.bin names an unsafe path: " + file);
       return nullptr;
@@ -145,7 +149,12 @@ std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure) {
       failure = fail(2, file + ": missing from the bundle");
       return nullptr;
     }
-    if (file_sha256(path) != sha) {
+    if (check == Check::Sizes) {
+      if (size != 0 && std::filesystem::file_size(path) != size) {
+        failure = fail(2, file + ": size does not match runtime.bin");
+        return nullptr;
+      }
+    } else if (file_sha256(path) != sha) {
       failure = fail(2, file + ": sha256 does not match runtime.bin");
       return nullptr;
     }

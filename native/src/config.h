@@ -30,6 +30,7 @@ struct MethodSpec {
 struct ProgramSpec {
   std::string name, file, sha256, unit, backend, quantization, verification;
   std::string data_file, data_sha256;  // external weights (.ptd), "" when they are inside the .pte
+  uint64_t data_bytes = 0;
   uint64_t size_bytes = 0;
   int threads = 0, warmup = 0;
   double tolerance_min_cosine = 0, tolerance_min_sqnr_db = 0;  // what the build verified against eager

@@ -62,6 +62,7 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
       spec.verification = p->verification() ? str(p->verification()->status()) : "";
       spec.data_file = str(p->data_file());
       spec.data_sha256 = str(p->data_sha256());
+      spec.data_bytes = p->data_bytes();
       if (p->verification()) {
         spec.tolerance_min_cosine = p->verification()->tolerance_min_cosine();
         spec.tolerance_min_sqnr_db = p->verification()->tolerance_min_sqnr_db();

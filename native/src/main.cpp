@@ -10,6 +10,7 @@
 //   deployc-runner --raw PROGRAM.pte --input A.npy ...     the anchor: a bare ExecuTorch Module load and one
 //                                                           call, no bundle, no checks (benchmarks/load_bench.py)
 //   any of these: [--threads N]                             override the config's XNNPACK thread count
+//                 [--quick-check]                           check files by size, not sha256 (a later start)
 //   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
 //                                                           ids and decoded text of each string, as JSON
 //
@@ -38,7 +39,7 @@ namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
                "[--repeat N]] [--pipeline [--text NAME=VALUE] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
-               "[--self-test] [--threads N]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
+               "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
 }
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
   std::map<std::string, std::string> texts;
-  bool pipeline = false, stream = false, check = false;
+  bool pipeline = false, stream = false, check = false, quick = false;
   int repeat = 1, threads = 0;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     else if (a == "--until") until = next();
     else if (a == "--stream") stream = true;
     else if (a == "--self-test") check = true;
+    else if (a == "--quick-check") quick = true;
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--set" || a == "--text") {
       std::string kv = next();
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
     } else return usage();
   }
   Failure f;
-  auto bundle = Bundle::open(dir, f);
+  auto bundle = Bundle::open(dir, f, quick ? Check::Sizes : Check::Full);
   if (!bundle) return report(f);
   if (threads > 0) bundle->set_threads(threads);
   const auto& c = bundle->config();
