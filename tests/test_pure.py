@@ -145,3 +145,10 @@ def test_index_rate_read_from_the_embed_workers_last_line() -> None:
     assert _rate("loading\nembedded 2000 in 4.000000\n") == "500 chunks/s"
     assert _rate("embedded 42 in 0.0\n") == ""  # a clock that did not move says nothing rather than infinity
     assert _rate("# LIBNATIVE\n") == "" and _rate("") == ""
+
+
+def test_index_progress_lines() -> None:
+    from deployc.packaging.assets import progress_line
+
+    assert progress_line("progress 40 200\n") == "40/200 chunks (20%)"
+    assert progress_line("# LIBNATIVE: something\n") == "" and progress_line("progress x 2") == ""

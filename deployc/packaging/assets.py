@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,15 +69,16 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         try:
             (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
             env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
-            proc = subprocess.run([sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program),
-                                   str(tokenizer), str(a.max_tokens), str(a.pad_to or 0), str(staging / "texts.json"),
-                                   str(staging / "vectors.npy")], capture_output=True, text=True, env=env)
+            stdout, stderr, code = _embed(
+                [sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program), str(tokenizer),
+                 str(a.max_tokens), str(a.pad_to or 0), str(staging / "texts.json"), str(staging / "vectors.npy")],
+                env, lambda line: say(f"index {a.name}: {line}"))
             cache.log_dir.mkdir(parents=True, exist_ok=True)
-            (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-                raise BuildError(f"index {a.name}: embedding the corpus failed (exit {proc.returncode}): {tail[:400]}")
-            rate = _rate(proc.stdout)
+            (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)
+            if code != 0:
+                tail = " | ".join(stderr.strip().splitlines()[-3:])
+                raise BuildError(f"index {a.name}: embedding the corpus failed (exit {code}): {tail[:400]}")
+            rate = _rate(stdout)
             if rate:
                 say(f"index {a.name}: {len(chunks)} chunks embedded at {rate}")
             import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
@@ -94,6 +96,30 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _embed(cmd: list[str], env: dict[str, str], progress: Say) -> tuple[str, str, int]:
+    """Run the embed worker, passing its progress lines on as they come: (stdout, stderr, exit code)."""
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a full stderr pipe would block the worker
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if shown := progress_line(line):
+                progress(shown)
+        code = proc.wait()
+        err.seek(0)
+        return "".join(lines), err.read(), code
+
+
+def progress_line(line: str) -> str:
+    """`progress 40 200` from the embed worker as `40/200 chunks (20%)`; "" for any other line."""
+    words = line.split()
+    if len(words) != 3 or words[0] != "progress" or not words[1].isdigit() or not words[2].isdigit():
+        return ""
+    done, total = int(words[1]), int(words[2])
+    return f"{done}/{total} chunks ({done * 100 // max(total, 1)}%)"
 
 
 def _rate(worker_stdout: str) -> str:

@@ -2,7 +2,8 @@
 so that the index holds exactly what the device computes for queries.
 Usage: python -m deployc.runtime.embed_worker PROGRAM TOKENIZER_JSON MAX_TOKENS PAD_TO TEXTS_JSON OUT_NPY
 (PAD_TO 0: no padding; else every text is padded to that many tokens, for a static-length program)
-Prints `embedded N in SECONDS` last, timed after loading, so the build can report chunks per second.
+Prints `progress I N` after each tenth of the texts and `embedded N in SECONDS` last (timed after
+loading), so the build can show progress and report chunks per second.
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ def main(argv: list[str]) -> int:
     tk = load_tokenizer(Path(tokenizer), int(max_tokens))
     vectors = []
     start = time.perf_counter()
-    for text in json.loads(Path(texts_path).read_text()):
+    texts = json.loads(Path(texts_path).read_text())
+    step = max(1, len(texts) // 10)
+    for i, text in enumerate(texts, 1):
         ids, mask = encode(tk, text, int(pad_to))
         out = method([torch.from_numpy(ids), torch.from_numpy(mask)])[0]
         vectors.append(out.detach().numpy().reshape(-1).astype(np.float32))
+        if i % step == 0 and i < len(texts):
+            print(f"progress {i} {len(texts)}", flush=True)
     print(f"embedded {len(vectors)} in {time.perf_counter() - start:.6f}")
     np.save(out_path, np.stack(vectors))
     return 0
