@@ -118,7 +118,9 @@ def test_native_pipeline_bad_input_exits_2_naming_the_stage(runner: Path, rag: P
     native = json.loads(proc.stdout)
     assert len(native["stages"]["query_tokens"]["input_ids"]["data"]) == 128  # the tokenize stage's max_length
     assert native["generation"]["prompt_tokens"] == 360
-    assert native["outputs"]["answer"] == _python_bundle(bundle).run({"query": long_query})["outputs"]["answer"]
+    python = _python_bundle(bundle).run({"query": long_query})
+    assert native["outputs"]["answer"] == python["outputs"]["answer"]
+    assert python["generation"]["prompt_tokens"] == 360  # both report the prompt as the decoder saw it
 
     def with_tokenizer(content: bytes, name: str) -> Path:
         copy = tmp_path / name

@@ -26,11 +26,16 @@ def choose(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.
     return int(rng.choice(keep, p=p))
 
 
+def prompt_room(max_new_tokens: int, max_seq_len: int) -> int:
+    """How many prompt tokens are kept (the last ones): the context minus room for the answer, at least 1."""
+    return max_seq_len - max_new_tokens if max_new_tokens < max_seq_len else 1
+
+
 def generate(step: Step, prompt: Sequence[int], max_new_tokens: int, max_seq_len: int,
              eos_ids: Sequence[int] = (), temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
              stop: Callable[[list[int]], bool] | None = None) -> list[int]:
     """New token ids (eos excluded). The prompt keeps its last tokens when it would not leave room."""
-    prompt = list(prompt)[-(max_seq_len - max_new_tokens):] if max_new_tokens < max_seq_len else list(prompt)[-1:]
+    prompt = list(prompt)[-prompt_room(max_new_tokens, max_seq_len):]
     rng = np.random.default_rng(seed)
     logits = step(np.asarray([prompt], dtype=np.int64), np.arange(len(prompt), dtype=np.int64))
     out: list[int] = []

@@ -14,7 +14,7 @@ import numpy as np
 from deployc.errors import RunError, UserError
 from deployc.layout import RUNTIME_JSON
 from deployc.packaging.inspection import verify_bundle
-from deployc.runtime.generation import generate
+from deployc.runtime.generation import generate, prompt_room
 from deployc.runtime.tokenizer import encode, load_tokenizer
 
 
@@ -30,6 +30,7 @@ class Bundle:
         self._methods: dict[tuple[str, str], Any] = {}
         self._tokenizers: dict[tuple[str, int | None], Any] = {}
         self._indexes: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
+        self.generation: dict[str, Any] = {}  # the last generate stage's figures
 
     # ---- resources, loaded once -------------------------------------------------------------------------
     def method(self, program: str, name: str = "forward") -> Any:
@@ -119,7 +120,7 @@ class Bundle:
             raise UserError.at(self.folder, f"pipeline inputs are {', '.join(pipeline['inputs'])}; "
                                + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
         values: dict[str, Any] = dict(inputs)
-        self.generation: dict[str, Any] = {}
+        self.generation = {}
         t = time.perf_counter()
         for stage in pipeline["stages"]:  # load every program first: stage latencies exclude loading
             if stage["program"]:
@@ -187,9 +188,10 @@ class Bundle:
                        params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
         end = time.perf_counter()
         first = (calls[1] if len(calls) > 1 else end) - start
-        self.generation = {"prompt_tokens": len(ids), "tokens": len(new), "first_token_ms": round(first * 1000, 3),
-                           "per_token_ms": round((end - calls[1]) * 1000 / (len(calls) - 1), 3) if len(calls) > 1
-                           else 0.0}
+        room = prompt_room(params["max_new_tokens"], params["max_seq_len"])
+        per_token = (end - calls[1]) * 1000 / (len(calls) - 1) if len(calls) > 1 else 0.0
+        self.generation = {"prompt_tokens": min(len(ids), room), "tokens": len(new),
+                           "first_token_ms": round(first * 1000, 3), "per_token_ms": round(per_token, 3)}
         text = tk.decode(new)
         for s in stops:
             text = text.split(s)[0]
