@@ -203,7 +203,8 @@ ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 # ---- pipeline: a dataflow graph of model calls and built-in ops (checked in deployc.pipeline.checks) ----
 
 class PipelineInput(Frozen):
-    type: Literal["text"] = "text"
+    type: Literal["text", "image", "audio"] = Field(
+        default="text", description="text: a string; image: a PNG or JPEG file; audio: a WAV file (given as a path)")
 
 
 class TokenizerAsset(Frozen):
@@ -227,9 +228,12 @@ class Chunking(Frozen):
 
 
 class IndexAsset(Frozen):
-    corpus: str = Field(description="glob of UTF-8 text files, relative to the manifest's folder")
+    corpus: str = Field(description="glob of UTF-8 text files (or of PNG/JPEG images, with `image`), relative "
+                                    "to the manifest's folder")
     model: str = Field(description="the embedding model that embeds every chunk (its built program is used)")
-    tokenizer: str = Field(description="tokenizer asset that prepares chunks for `model`")
+    tokenizer: str | None = Field(default=None, description="tokenizer asset that prepares text chunks for `model`")
+    image: str | None = Field(default=None, description="an image index: the pipeline's image stage whose "
+                              "preprocessing prepares every corpus image for `model` (one entry per image)")
     chunking: Chunking = Field(default_factory=Chunking)
 
 
@@ -276,8 +280,67 @@ class GenerateStage(_Stage):
     stop: list[str] = Field(default_factory=list, description="stop strings, besides the model's eos_ids")
 
 
-Stage = Annotated[ModelStage | TokenizeStage | VectorSearchStage | TemplateStage | GenerateStage,
-                  Field(discriminator="op")]
+class Resize(Frozen):
+    """Resize to a fixed size, or the shorter side to `shortest_edge` (aspect ratio kept)."""
+
+    shortest_edge: Annotated[int, Field(ge=1, le=8192)] | None = None
+    height: Annotated[int, Field(ge=1, le=8192)] | None = None
+    width: Annotated[int, Field(ge=1, le=8192)] | None = None
+    filter: Literal["bilinear", "bicubic"] = "bicubic"
+
+
+class Crop(Frozen):
+    height: Annotated[int, Field(ge=1, le=8192)]
+    width: Annotated[int, Field(ge=1, le=8192)]
+
+
+class ImageStage(_Stage):
+    """Decode an image file and turn it into a model's pixel tensor: decode -> resize -> center crop ->
+    rescale -> normalize -> layout. Fields left out come from `preprocessor` when given."""
+
+    op: Literal["image"]
+    input: str = Field(description="a pipeline input of type image")
+    preprocessor: str | None = Field(default=None, description="a Hugging Face preprocessor_config.json (relative "
+                                     "to the manifest) whose resize, crop, rescale and normalize settings are used")
+    resize: Resize | None = None
+    crop: Crop | None = None
+    rescale: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+        default=None, description="factor the 0-255 pixel values are multiplied by (1/255 when left out)")
+    mean: Annotated[list[float], Field(min_length=3, max_length=3)] | None = None
+    std: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=3, max_length=3)] | None = None
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+
+
+class AudioStage(_Stage):
+    """Decode a WAV file into log-mel features: decode -> resample -> pad or trim -> log-mel (Whisper's
+    recipe). Fields left out come from `preprocessor` when given."""
+
+    op: Literal["audio"]
+    input: str = Field(description="a pipeline input of type audio")
+    preprocessor: str | None = Field(default=None, description="a Hugging Face preprocessor_config.json (a "
+                                     "Whisper-style feature extractor), relative to the manifest")
+    sample_rate: Annotated[int, Field(ge=1000, le=192_000)] | None = None
+    n_fft: Annotated[int, Field(ge=16, le=8192)] | None = None
+    hop_length: Annotated[int, Field(ge=1, le=8192)] | None = None
+    n_mels: Annotated[int, Field(ge=1, le=512)] | None = None
+    seconds: Annotated[float, Field(gt=0.0, le=600.0)] | None = Field(
+        default=None, description="the clip is cut or zero-padded to this length")
+    fmin: Annotated[float, Field(ge=0.0)] = 0.0
+    fmax: Annotated[float, Field(gt=0.0)] | None = Field(default=None, description="sample_rate / 2 when left out")
+
+
+class SimilarityStage(_Stage):
+    """Cosine or dot product of one embedding `a` [1, D] against every row of `b` [N, D]."""
+
+    op: Literal["similarity"]
+    a: str
+    b: str
+    metric: Literal["cosine", "dot"] = "cosine"
+    top_k: Annotated[int, Field(ge=1, le=1000)] = 1
+
+
+Stage = Annotated[ModelStage | TokenizeStage | VectorSearchStage | TemplateStage | GenerateStage | ImageStage
+                  | AudioStage | SimilarityStage, Field(discriminator="op")]
 
 
 class Pipeline(Frozen):

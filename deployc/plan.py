@@ -248,12 +248,13 @@ class IndexAssetPlan(Frozen):
     file: str  # the index's JSON inside the bundle; vectors go beside it (layout.index_vectors_file)
     model: str
     program_key: str  # the embedder's program on this target
-    tokenizer: str
-    tokenizer_sha256: str
-    max_tokens: int
+    tokenizer: str | None = None  # a text corpus: chunks tokenized by this asset ...
+    tokenizer_sha256: str | None = None
+    max_tokens: int = 0
     pad_to: int | None = None  # every chunk padded to this many tokens (a static-length program)
-    words: int
-    overlap: int
+    words: int = 0
+    overlap: int = 0
+    image_steps: list[dict[str, Any]] | None = None  # ... or an image corpus: each image prepared by these
     corpus: list[SourceFile]  # relative to the manifest's folder
     key: str = ""  # content key of the built index: everything above but names
 

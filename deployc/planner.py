@@ -16,6 +16,7 @@ from deployc.fingerprint import key_of
 from deployc.hashes import sha256_of
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.files import corpus_files, tokenizer_file
+from deployc.pipeline.preprocessing import image_steps
 from deployc.plan import (
     NOT_CONTENT,
     STEP_ORDER,
@@ -44,7 +45,7 @@ from deployc.plan import (
     Verify,
 )
 from deployc.project import Project
-from deployc.manifest import GENERATION_TOKENS, ModelSpec
+from deployc.manifest import GENERATION_TOKENS, AudioStage, ImageStage, ModelSpec
 from deployc.quantization import SCHEMES, Recipe
 from deployc.resolve import (
     DEFAULT_FLOAT_RANGE,
@@ -302,17 +303,27 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
                                          file=layout.tokenizer_file(name, pipeline.tokenizers[name].is_sentencepiece()),
                                          source=pipeline.tokenizers[name], sha256=sha)
                       for name, sha in sorted(shas.items())]
+    for stage in pipeline.stages:
+        if isinstance(stage, (ImageStage, AudioStage)) and stage.preprocessor:
+            inputs.add(folder / stage.preprocessor, "preprocessor")
     by_model = {u.model: u for u in units}
     for name, ix in sorted(pipeline.indexes.items()):
         unit = by_model[ix.model]
-        max_tokens, static = _token_length(unit)
         files, _ = corpus_files(ix, folder)
-        plan = IndexAssetPlan(
-            name=name, file=layout.index_file(name), model=ix.model, program_key=unit.program_key,
-            tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
-            pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
-            corpus=[SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus"))
-                    for f in files])
+        corpus = [SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus")) for f in files]
+        if ix.image is not None:  # an image corpus: one vector per image, prepared as the image stage says
+            stage = next(s for s in pipeline.stages if s.name == ix.image)
+            plan = IndexAssetPlan(name=name, file=layout.index_file(name), model=ix.model,
+                                  program_key=unit.program_key, image_steps=image_steps(stage, folder)[0],
+                                  corpus=corpus)
+        else:
+            assert ix.tokenizer is not None
+            max_tokens, static = _token_length(unit)
+            plan = IndexAssetPlan(
+                name=name, file=layout.index_file(name), model=ix.model, program_key=unit.program_key,
+                tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
+                pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
+                corpus=corpus)
         out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
                                                                          exclude={"key", "name", "file"}))}))
     return out
@@ -390,8 +401,8 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         p = loaded.profile
         device = p.device.model_dump(exclude_defaults=True)
         assets = _assets(project, units, inputs)
-        pipeline = pipeline_config(m, {u.model: length for u in units for length, static in [_token_length(u)]
-                                       if static})
+        pipeline = pipeline_config(m, project.folder, {u.model: length for u in units
+                                                       for length, static in [_token_length(u)] if static})
         targets.append(TargetPlan(target=t, profile=p.name, profile_key=key_of(p.model_dump(mode="json")),
                                   device=device, units=units, assets=assets, pipeline=pipeline,
                                   bundle=_bundle(project, t, p.name, device, units, assets, pipeline)))

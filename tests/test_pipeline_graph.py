@@ -118,7 +118,7 @@ CASES = {
     "unknown-op": (
         [("op: vector_search", "op: vector_serch")],
         ["m.yaml:38:28: error: pipeline.stages[2].op: 'vector_serch' is not one of: model, tokenize, vector_search, "
-         "template, generate",
+         "template, generate, image, audio, similarity",
          "    hint: did you mean 'vector_search'?"],
     ),
 }

@@ -20,7 +20,7 @@ from deployc.cache import Cache
 from deployc.errors import BuildError
 from deployc.events import Say
 from deployc.fingerprint import file_sha256
-from deployc.packaging.corpus import chunk_corpus
+from deployc.packaging.corpus import Chunk, chunk_corpus
 from deployc.pipeline.files import tokenizer_file
 from deployc.plan import BuildPlan, IndexAssetPlan, TargetPlan, TokenizerAssetPlan
 from deployc.results import UnitResult
@@ -48,8 +48,6 @@ def _tokenizer(plan: BuildPlan, a: TokenizerAssetPlan) -> Path:
 def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: UnitResult, cache: Cache,
            say: Say) -> Path:
     folder = plan.folder
-    tokenizer = _tokenizer(plan, next(t for t in target.assets if isinstance(t, TokenizerAssetPlan)
-                                      and t.name == a.tokenizer))
     files = [folder / f.path for f in a.corpus]
     if any(file_sha256(p) != f.sha256 for p, f in zip(files, a.corpus)):
         raise BuildError(f"index {a.name}: a corpus file changed since the plan was made")
@@ -64,15 +62,23 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         if entry is not None:
             return entry.path
         say(f"index {a.name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
-        chunks = chunk_corpus(files, folder, a.words, a.overlap)
         staging = store.tmp_dir()
         try:
-            (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
+            worker = [sys.executable, "-m", "deployc.runtime.embed_worker"]
+            if a.image_steps is not None:  # one entry per image: its file name stands for its text
+                chunks = [Chunk(id=i, source=f.path, text=Path(f.path).name) for i, f in enumerate(a.corpus)]
+                (staging / "steps.json").write_text(json.dumps(a.image_steps))
+                (staging / "texts.json").write_text(json.dumps([str(p) for p in files]))
+                worker += ["--images", str(program.program), str(staging / "steps.json")]
+            else:
+                tokenizer = _tokenizer(plan, next(t for t in target.assets if isinstance(t, TokenizerAssetPlan)
+                                                  and t.name == a.tokenizer))
+                chunks = chunk_corpus(files, folder, a.words, a.overlap)
+                (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
+                worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
             env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
-            stdout, stderr, code = _embed(
-                [sys.executable, "-m", "deployc.runtime.embed_worker", str(program.program), str(tokenizer),
-                 str(a.max_tokens), str(a.pad_to or 0), str(staging / "texts.json"), str(staging / "vectors.npy")],
-                env, lambda line: say(f"index {a.name}: {line}"))
+            stdout, stderr, code = _embed(worker + [str(staging / "texts.json"), str(staging / "vectors.npy")],
+                                          env, lambda line: say(f"index {a.name}: {line}"))
             cache.log_dir.mkdir(parents=True, exist_ok=True)
             (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)
             if code != 0:
@@ -90,8 +96,8 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
                     "vectors": Path(layout.index_vectors_file(a.file)).name,
                     "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks]}
             (staging / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            for extra in ("texts.json", "vectors.npy"):
-                (staging / extra).unlink()
+            for extra in ("texts.json", "vectors.npy", "steps.json"):
+                (staging / extra).unlink(missing_ok=True)
             return store.put(a.key, staging).path
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

@@ -93,7 +93,7 @@ def _pipeline(p: PipelineConfig) -> dict[str, Any]:
     stages = [{**s.model_dump(exclude={"params"}), "params_json": json.dumps(s.params, sort_keys=True,
                                                                              separators=(",", ":"))}
               for s in p.stages]
-    return {"inputs": p.inputs, "outputs": p.outputs, "stages": stages}
+    return {"inputs": p.inputs, "input_types": p.input_types, "outputs": p.outputs, "stages": stages}
 
 
 def _release_conflict(final: Path, files: dict[str, Any]) -> list[str] | None:

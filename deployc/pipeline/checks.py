@@ -9,15 +9,19 @@ from typing import Any
 
 from deployc.errors import Diagnostic
 from deployc.manifest import (
+    AudioStage,
     GenerateStage,
+    ImageStage,
     Manifest,
     ModelStage,
+    SimilarityStage,
     TemplateStage,
     TokenizeStage,
     VectorSearchStage,
 )
 from deployc.pipeline.dataflow import TEXT, Port, references, signature, stage_outputs
-from deployc.pipeline.files import corpus_files, tokenizer_file
+from deployc.pipeline.files import IMAGE_SUFFIXES, corpus_files, tokenizer_file
+from deployc.pipeline.preprocessing import audio_steps, image_steps
 from deployc.schema_errors import closest
 from deployc.yaml_io import Document
 
@@ -45,7 +49,7 @@ class _Checker:
     def resolve(self, ref: str, path: tuple[str | int, ...], field: str) -> Port | None:
         if "." not in ref:
             if ref in self.p.inputs:
-                return TEXT
+                return Port(self.p.inputs[ref].type)
             self.err(path, f"{field}: '{ref}' is neither a pipeline input nor 'stage.port'",
                      closest(ref, [*self.p.inputs, *self.stages]))
             return None
@@ -53,7 +57,7 @@ class _Checker:
         if stage not in self.stages:
             self.err(path, f"{field}: no stage named '{stage}'", closest(stage, self.stages))
             return None
-        ports = stage_outputs(self.stages[stage], self.m)
+        ports = stage_outputs(self.stages[stage], self.m, self.folder)
         if port not in ports:
             self.err(path, f"{field}: stage '{stage}' has no output '{port}'",
                      f"its outputs: {', '.join(ports) or 'none (declare the model outputs)'}")
@@ -66,6 +70,9 @@ class _Checker:
         same_rank = len(got.shape) == len(want.shape)
         if got.kind != want.kind or (want.kind == "tensor" and (got.dtype != want.dtype or not same_rank)):
             self.err(path, f"{field}: type mismatch: gets {got}, expects {want}")
+        elif want.kind == "tensor" and any(isinstance(g, int) and isinstance(w, int) and g != w
+                                           for g, w in zip(got.shape, want.shape)):
+            self.err(path, f"{field}: shape mismatch: gets {got}, expects {want}")
 
     def check(self) -> list[Diagnostic]:
         p = self.p
@@ -119,9 +126,19 @@ class _Checker:
                 if spec.task != "embedding" or len(spec.outputs) != 1:
                     self.err((*path, "model"), f"pipeline.indexes.{name}.model: '{ix.model}' must have task: "
                              "embedding and declare exactly one output (the embedding)")
-            self.known("tokenizer", ix.tokenizer, self.p.tokenizers, (*path, "tokenizer"),
-                       f"pipeline.indexes.{name}.tokenizer")
+            if (ix.tokenizer is None) == (ix.image is None):
+                self.err(path, f"pipeline.indexes.{name}: give `tokenizer` (a text corpus) or `image` (an image "
+                         "corpus: the image stage that prepares each image), one of them")
+            elif ix.tokenizer is not None:
+                self.known("tokenizer", ix.tokenizer, self.p.tokenizers, (*path, "tokenizer"),
+                           f"pipeline.indexes.{name}.tokenizer")
+            elif ix.image is not None and not isinstance(self.stages.get(ix.image), ImageStage):
+                self.err((*path, "image"), f"pipeline.indexes.{name}.image: no image stage named '{ix.image}'",
+                         closest(ix.image, [s.name for s in self.p.stages if isinstance(s, ImageStage)]))
             files, problems = corpus_files(ix, self.folder)
+            if ix.image is not None:
+                problems += [f"{f.relative_to(self.folder)} is not a PNG or JPEG file (an image index)"
+                             for f in files if f.suffix.lower() not in IMAGE_SUFFIXES]
             for problem in problems:
                 self.err((*path, "corpus"), f"pipeline.indexes.{name}.corpus: {problem}")
             if not files and not problems:
@@ -131,7 +148,25 @@ class _Checker:
 
     def stage(self, s: Any) -> None:
         name = s.name
-        if isinstance(s, TokenizeStage):
+        if isinstance(s, (ImageStage, AudioStage)):
+            kind = "image" if isinstance(s, ImageStage) else "audio"
+            self.expect(self.resolve(s.input, self.stage_path(name, "input"), self.where(name, "input")), Port(kind),
+                        self.stage_path(name, "input"), self.where(name, "input"))
+            _, problems = image_steps(s, self.folder) if isinstance(s, ImageStage) else audio_steps(s, self.folder)
+            for field, message in problems:
+                self.err(self.stage_path(name, field), f"{self.where(name, field)}: {message}")
+        elif isinstance(s, SimilarityStage):
+            got = {f: self.resolve(getattr(s, f), self.stage_path(name, f), self.where(name, f)) for f in ("a", "b")}
+            for f, port in got.items():
+                if port is not None and (port.kind != "tensor" or port.dtype != "float32" or len(port.shape) != 2):
+                    self.err(self.stage_path(name, f), f"{self.where(name, f)}: type mismatch: gets {port}, expects "
+                             "an embedding: tensor float32[rows, dim]")
+            a, b = got["a"], got["b"]
+            if a is not None and b is not None and a.kind == b.kind == "tensor" and a.shape and b.shape and \
+                    isinstance(a.shape[-1], int) and isinstance(b.shape[-1], int) and a.shape[-1] != b.shape[-1]:
+                self.err(self.stage_path(name, "b"), f"{self.where(name, 'b')}: {a.shape[-1]}-dimensional `a` "
+                         f"against {b.shape[-1]}-dimensional `b`")
+        elif isinstance(s, TokenizeStage):
             self.known("tokenizer", s.tokenizer, self.p.tokenizers, self.stage_path(name, "tokenizer"),
                        self.where(name, "tokenizer"))
             self.expect(self.resolve(s.input, self.stage_path(name, "input"), self.where(name, "input")), TEXT,
@@ -172,7 +207,9 @@ class _Checker:
                 if spec and spec.outputs and got is not None:
                     emb = next(iter(spec.outputs.values()))
                     want = Port("tensor", emb.dtype, tuple(emb.shape))
-                    self.expect(got, want, self.stage_path(name, "query"), self.where(name, "query"))
+                    # dims compared below, with the index named
+                    self.expect(got, Port("tensor", emb.dtype, tuple(str(d) for d in emb.shape)),
+                                self.stage_path(name, "query"), self.where(name, "query"))
                     if got.kind == "tensor" and got.shape and want.shape and got.shape[-1] != want.shape[-1]:
                         self.err(self.stage_path(name, "query"), f"{self.where(name, 'query')}: the query has "
                                  f"dimension {got.shape[-1]} but index '{s.index}' holds {want.shape[-1]}-dimensional "

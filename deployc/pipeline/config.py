@@ -4,20 +4,24 @@ packaging writes it into runtime.bin and the host and native runtimes execute it
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from deployc.layout import index_file, tokenizer_file
 from deployc.manifest import (
+    AudioStage,
     GenerateStage,
+    ImageStage,
     Manifest,
     ModelStage,
     TokenizeStage,
     VectorSearchStage,
 )
 from deployc.pipeline.dataflow import order, references, stage_outputs
+from deployc.pipeline.preprocessing import audio_steps, image_steps
 from deployc.schema_base import Frozen
 
-_WIRING = {"op", "name", "model", "method", "inputs", "input", "query", "prompt", "tokenizer", "index"}
+_WIRING = {"op", "name", "model", "method", "inputs", "input", "query", "prompt", "tokenizer", "index", "a", "b"}
 
 
 class StageConfig(Frozen):
@@ -32,11 +36,16 @@ class StageConfig(Frozen):
 
 class PipelineConfig(Frozen):
     inputs: list[str]
+    input_types: list[str]  # per input: text (a string), image (PNG/JPEG bytes), audio (WAV bytes)
     outputs: list[str]  # "name=stage.port"
     stages: list[StageConfig]
 
 
-def _params(stage: Any, m: Manifest, pad_to: int | None) -> dict[str, Any]:
+def _params(stage: Any, m: Manifest, pad_to: int | None, folder: Path) -> dict[str, Any]:
+    if isinstance(stage, ImageStage):  # the resolved steps, the preprocessor config folded in
+        return {"steps": image_steps(stage, folder)[0]}
+    if isinstance(stage, AudioStage):
+        return {"steps": audio_steps(stage, folder)[0]}
     params = stage.model_dump(mode="json", exclude=_WIRING)
     if pad_to:
         params["pad_to"] = pad_to
@@ -62,8 +71,9 @@ def _pad_to(stage: Any, p: Any, static_lengths: dict[str, int]) -> int | None:
     return None
 
 
-def pipeline_config(m: Manifest, static_lengths: dict[str, int] | None = None) -> PipelineConfig | None:
-    """`static_lengths`: model -> the token count its program on this target takes exactly."""
+def pipeline_config(m: Manifest, folder: Path, static_lengths: dict[str, int] | None = None) -> PipelineConfig | None:
+    """`folder`: the manifest's (preprocessor configs are read from it); `static_lengths`: model -> the
+    token count its program on this target takes exactly."""
     p = m.pipeline
     if p is None:
         return None
@@ -75,5 +85,6 @@ def pipeline_config(m: Manifest, static_lengths: dict[str, int] | None = None) -
             method=s.method if isinstance(s, ModelStage) else ("forward" if isinstance(s, GenerateStage) else ""),
             inputs=[f"{field.split('.')[-1]}={ref}" for field, ref in references(s).items()],
             outputs=list(stage_outputs(s, m)),
-            params=_params(s, m, _pad_to(s, p, static_lengths or {}))))
-    return PipelineConfig(inputs=list(p.inputs), outputs=[f"{k}={v}" for k, v in p.outputs.items()], stages=stages)
+            params=_params(s, m, _pad_to(s, p, static_lengths or {}), folder)))
+    return PipelineConfig(inputs=list(p.inputs), input_types=[i.type for i in p.inputs.values()],
+                          outputs=[f"{k}={v}" for k, v in p.outputs.items()], stages=stages)

@@ -1,30 +1,36 @@
 """The pipeline as a dataflow graph: ports and their types, the references between stages, an order
 to run them in. Pure Python; validate, plan and packaging read it.
 
-A reference is either a pipeline input name (`query`) or `stage.port`. Port types: text, chunks
-(retrieved passages), or a tensor (dtype, shape) with symbolic sizes.
+A reference is either a pipeline input name (`query`) or `stage.port`. Port types: text, image and
+audio (files given to the pipeline), chunks (retrieved passages), or a tensor (dtype, shape) with
+symbolic sizes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deployc.manifest import (
+    AudioStage,
     GenerateStage,
+    ImageStage,
     Manifest,
     ModelSpec,
     ModelStage,
     Pipeline,
     TemplateStage,
+    SimilarityStage,
     TokenizeStage,
     VectorSearchStage,
 )
+from deployc.pipeline.preprocessing import audio_shape, audio_steps, image_shape, image_steps
 
 
 @dataclass(frozen=True)
 class Port:
-    kind: str  # text | chunks | tensor
+    kind: str  # text | image | audio | chunks | tensor
     dtype: str = ""
     shape: tuple[int | str, ...] = ()
 
@@ -50,7 +56,18 @@ def model_output_ports(spec: ModelSpec, method: str = "forward") -> dict[str, Po
     return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in sig[1].items()} if sig else {}
 
 
-def stage_outputs(stage: Any, manifest: Manifest) -> dict[str, Port]:
+def stage_outputs(stage: Any, manifest: Manifest, folder: Path | None = None) -> dict[str, Port]:
+    """The stage's output ports. `folder` (the manifest's) lets an image or audio stage read its
+    preprocessor config for static sizes; without it they stay symbolic."""
+    if isinstance(stage, ImageStage):
+        steps = image_steps(stage, folder)[0] if folder is not None else [{"op": "layout", "layout": stage.layout}]
+        return {"pixels": Port("tensor", "float32", image_shape(steps))}
+    if isinstance(stage, AudioStage):
+        steps = audio_steps(stage, folder)[0] if folder is not None else []
+        return {"features": Port("tensor", "float32", audio_shape(steps))}
+    if isinstance(stage, SimilarityStage):
+        return {"scores": Port("tensor", "float32", ("candidates",)),
+                "top": Port("tensor", "int64", (stage.top_k,))}
     if isinstance(stage, TokenizeStage):
         tokens = Port("tensor", "int64", (1, "tokens"))
         return {"input_ids": tokens, "attention_mask": tokens}
@@ -70,8 +87,10 @@ def references(stage: Any) -> dict[str, str]:
     """field path (for locating errors) -> the reference it holds."""
     if isinstance(stage, (ModelStage, TemplateStage)):
         return {f"inputs.{k}": v for k, v in stage.inputs.items()}
-    if isinstance(stage, TokenizeStage):
+    if isinstance(stage, (TokenizeStage, ImageStage, AudioStage)):
         return {"input": stage.input}
+    if isinstance(stage, SimilarityStage):
+        return {"a": stage.a, "b": stage.b}
     if isinstance(stage, VectorSearchStage):
         return {"query": stage.query}
     if isinstance(stage, GenerateStage):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from deployc.manifest import IndexAsset, TokenizerAsset
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
 
 def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
     if asset.path is not None:

@@ -111,34 +111,54 @@ class Bundle:
 
     # ---- the pipeline -----------------------------------------------------------------------------------
     def run(self, inputs: dict[str, str]) -> dict[str, Any]:
+        """`inputs`: text by value, images and audio by file path. Inputs may be left out: the stages
+        that need them are skipped, and so are the outputs (at least one output must remain)."""
         pipeline = self.config.get("pipeline")
         if not pipeline:
             raise UserError.at(self.folder, "bundle has no pipeline to run")
-        missing = [n for n in pipeline["inputs"] if n not in inputs]
-        unknown = [n for n in inputs if n not in pipeline["inputs"]]
-        if missing or unknown:
-            raise UserError.at(self.folder, f"pipeline inputs are {', '.join(pipeline['inputs'])}; "
-                               + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
-        values: dict[str, Any] = dict(inputs)
+        types = dict(zip(pipeline["inputs"], pipeline.get("input_types") or ["text"] * len(pipeline["inputs"])))
+        described = ", ".join(f"{n} ({t})" for n, t in types.items())
+        unknown = [n for n in inputs if n not in types]
+        if unknown or not inputs:
+            raise UserError.at(self.folder, f"pipeline inputs are {described}; "
+                               + (f"unknown {', '.join(unknown)}" if unknown else "give at least one"))
+        values: dict[str, Any] = {n: (v if types[n] == "text" else _file(n, v)) for n, v in inputs.items()}
+        runnable = [s for s in pipeline["stages"] if _ready(s, values, pipeline["stages"])]
+        outputs_ref = [item.split("=", 1) for item in pipeline["outputs"]]
+        reachable = {s["name"] for s in runnable} | set(values)
+        if not any(ref.split(".")[0] in reachable for _, ref in outputs_ref):
+            raise UserError.at(self.folder, f"no pipeline output can be computed from {', '.join(inputs)}; "
+                               f"pipeline inputs are {described}")
         self.generation = {}
         t = time.perf_counter()
-        for stage in pipeline["stages"]:  # load every program first: stage latencies exclude loading
+        for stage in runnable:  # load every program first: stage latencies exclude loading
             if stage["program"]:
                 self.method(stage["program"], stage["method"])
         load_ms = round((time.perf_counter() - t) * 1000.0, 3)
         latency: dict[str, float] = {}
-        for stage in pipeline["stages"]:
+        for stage in runnable:
             args = {k: values[v] for k, v in (item.split("=", 1) for item in stage["inputs"])}
             t = time.perf_counter()
             outputs = self.stage(stage, args, json.loads(stage["params_json"]))
             latency[stage["name"]] = round((time.perf_counter() - t) * 1000.0, 3)
             values.update({f"{stage['name']}.{k}": v for k, v in outputs.items()})
-        result = {name: values[ref] for name, ref in (item.split("=", 1) for item in pipeline["outputs"])}
+        result = {name: values[ref] for name, ref in outputs_ref if ref in values}
         return {"outputs": result, "latency_ms": latency, "load_ms": load_ms,
                 **({"generation": self.generation} if self.generation else {})}
 
     def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         op = stage["op"]
+        if op in ("image", "audio"):
+            from deployc.runtime.preprocess import PreprocessError, audio_steps, image_steps
+
+            try:
+                if op == "image":
+                    return {"pixels": image_steps(args["input"], params["steps"])}
+                return {"features": audio_steps(args["input"], params["steps"])}
+            except PreprocessError as exc:
+                raise UserError.at(self.folder, f"stage {stage['name']} ({op}): {exc}") from exc
+        if op == "similarity":
+            return similarity(args["a"], args["b"], params["metric"], params["top_k"])
         if op == "tokenize":
             ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"],
                                params.get("pad_to", 0))
@@ -196,6 +216,38 @@ class Bundle:
         for s in stops:
             text = text.split(s)[0]
         return {"text": text, "tokens": np.asarray([new], dtype=np.int64)}
+
+
+def similarity(a: np.ndarray, b: np.ndarray, metric: str, top_k: int) -> dict[str, Any]:
+    """Scores of the one embedding `a` against every row of `b` (float64 sums, as the native runner),
+    and the rows' indices best first (the first on ties)."""
+    q = np.asarray(a, dtype=np.float64).reshape(-1)
+    rows = np.asarray(b, dtype=np.float64).reshape(-1, q.shape[0]) if q.size else np.zeros((0, 0))
+    scores = rows @ q
+    if metric == "cosine":
+        scores = scores / (np.linalg.norm(rows, axis=1) * np.linalg.norm(q) + 1e-12)
+    top = np.argsort(-scores, kind="stable")[:top_k]
+    return {"scores": scores.astype(np.float32), "top": top.astype(np.int64)}
+
+
+def _file(name: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError.at(path, f"--input {name}: cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _ready(stage: dict[str, Any], values: dict[str, Any], stages: list[dict[str, Any]]) -> bool:
+    """Whether every value the stage reads is given or made by a stage that can itself run."""
+    made = {s["name"]: s for s in stages}
+    for item in stage["inputs"]:
+        ref = item.split("=", 1)[1]
+        if ref in values:
+            continue
+        source = made.get(ref.split(".")[0])
+        if source is None or not _ready(source, values, stages):
+            return False
+    return True
 
 
 def _as_text(value: Any) -> str:
