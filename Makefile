@@ -20,7 +20,7 @@ install: $(STAMP)
 # cmake, g++ and the headers build the native runner (`deployc native build`); iproute2 gives the Ray
 # tests a loopback-only network namespace for their two-node cluster.
 DEB_PACKAGES := cmake g++ pkg-config flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev \
-	libutf8proc-dev libpcre2-dev libsentencepiece-dev iproute2
+	libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev iproute2
 system-deps:
 	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq $(DEB_PACKAGES) >/dev/null; }

@@ -13,7 +13,7 @@ from deployc.errors import BuildError
 
 SOURCE = Path(__file__).resolve().parent.parent / "native"
 DEBIAN_PACKAGES = ("cmake g++ pkg-config libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libssl-dev "
-                   "libutf8proc-dev libpcre2-dev libsentencepiece-dev")
+                   "libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev")
 
 
 def executorch_prefix() -> Path:

@@ -57,6 +57,7 @@ struct RuntimeConfig {
   std::vector<AssetSpec> assets;
   bool has_pipeline = false;
   std::vector<std::string> pipeline_inputs, pipeline_outputs;
+  std::vector<std::string> pipeline_input_types;  // text, image, audio (text for bundles that predate them)
   std::vector<StageSpec> stages;
 };
 

@@ -82,6 +82,8 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
     out.has_pipeline = true;
     out.pipeline_inputs = strings(p->inputs());
     out.pipeline_outputs = strings(p->outputs());
+    out.pipeline_input_types = strings(p->input_types());
+    out.pipeline_input_types.resize(out.pipeline_inputs.size(), "text");
     if (p->stages())
       for (const auto* s : *p->stages())
         out.stages.push_back(StageSpec{str(s->name()), str(s->op()), str(s->program()), str(s->method()),

@@ -3,14 +3,18 @@
 //   deployc-runner BUNDLE                                   verify the bundle, print what it holds
 //   deployc-runner BUNDLE --program NAME [--method M] --input A.npy [--input B.npy ...]
 //                         [--output-dir DIR] [--repeat N]   run one method, write output_<i>.npy
-//   deployc-runner BUNDLE --pipeline --text INPUT=VALUE ... [--set STAGE.PORT=FILE.npy ...]
-//                         [--until STAGE] [--stream]        run the pipeline graph from text, print JSON
-//                                                           (--stream: generated text to stderr as it comes)
+//   deployc-runner BUNDLE --pipeline --text INPUT=VALUE ... [--file INPUT=PATH ...] [--set STAGE.PORT=FILE.npy ...]
+//                         [--until STAGE] [--stream]        run the pipeline graph, print JSON (--file: an
+//                                                           image or audio input; inputs left out skip the
+//                                                           stages that need them; --stream: generated text
+//                                                           to stderr as it comes)
 //   deployc-runner BUNDLE --self-test                       every program on its self-test vectors (exit 1 on a miss)
 //   deployc-runner --raw PROGRAM.pte --input A.npy ...     the anchor: a bare ExecuTorch Module load and one
 //                                                           call, no bundle, no checks (benchmarks/load_bench.py)
 //   any of these: [--threads N]                             override the config's XNNPACK thread count
 //                 [--quick-check]                           check files by size, not sha256 (a later start)
+//   deployc-runner --preprocess STEPS.json FILE --out OUT.npy
+//                                                           an image or audio stage's steps on one file
 //   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
 //                                                           ids and decoded text of each string, as JSON
 //
@@ -30,6 +34,7 @@
 
 #include "bundle.h"
 #include "pipeline.h"
+#include "preprocess.h"
 #include "self_test.h"
 #include "tokenizer.h"
 
@@ -38,7 +43,7 @@ using namespace deployc;
 namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
-               "[--repeat N]] [--pipeline [--text NAME=VALUE] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
+               "[--repeat N]] [--pipeline [--text NAME=VALUE] [--file NAME=PATH] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
                "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
@@ -81,6 +86,21 @@ int tokenize(int argc, char** argv) {
   std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;
 }
+// Runs image or audio preprocessing steps on one file, no bundle: how the parity tests drive it.
+int preprocess(int argc, char** argv) {
+  if (argc != 6 || std::string(argv[4]) != "--out") return usage();
+  std::ifstream steps_in(argv[2]), file_in(argv[3], std::ios::binary);
+  nlohmann::json steps = nlohmann::json::parse(steps_in, nullptr, false);
+  if (steps.is_discarded() || !steps.is_array() || steps.empty()) return report({2, std::string(argv[2]) + ": not a JSON array of steps"});
+  if (!file_in) return report({2, std::string(argv[3]) + ": cannot read the file"});
+  const std::string bytes((std::istreambuf_iterator<char>(file_in)), {});
+  Array out;
+  const bool image = steps.at(0).value("op", "") == "decode";
+  if (Failure f = image ? image_steps(bytes, steps, out) : audio_steps(bytes, steps, out)) return report(f);
+  std::string err = write_npy(argv[5], out);
+  return err.empty() ? 0 : report({1, err});
+}
+
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
@@ -120,6 +140,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   if (std::string(argv[1]) == "--raw") return raw(argc, argv);
   if (std::string(argv[1]) == "--tokenize") return tokenize(argc, argv);
+  if (std::string(argv[1]) == "--preprocess") return preprocess(argc, argv);
   std::string dir = argv[1], program, method = "forward", output_dir, until;
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
@@ -140,7 +161,14 @@ int main(int argc, char** argv) {
     else if (a == "--self-test") check = true;
     else if (a == "--quick-check") quick = true;
     else if (a == "--threads") threads = std::atoi(next().c_str());
-    else if (a == "--set" || a == "--text") {
+    else if (a == "--file") {  // an image or audio input: the file's bytes
+      std::string kv = next();
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) return usage();
+      std::ifstream in(kv.substr(eq + 1), std::ios::binary);
+      if (!in) return report({2, "--file " + kv + ": cannot read the file"});
+      texts[kv.substr(0, eq)] = std::string(std::istreambuf_iterator<char>(in), {});
+    } else if (a == "--set" || a == "--text") {
       std::string kv = next();
       auto eq = kv.find('=');
       if (eq == std::string::npos) return usage();

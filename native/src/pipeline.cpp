@@ -9,6 +9,8 @@
 #include <random>
 #include <variant>
 
+#include "preprocess.h"
+
 namespace deployc {
 
 using nlohmann::json;
@@ -90,6 +92,35 @@ Failure search(Bundle& bundle, const json& params, const Array& query, std::map<
   out["chunks"] = chunks;
   out["scores"] = top;
   return {};
+}
+
+// Scores of the one embedding `a` against every row of `b` (float64 sums) and the rows best first.
+void similarity(const Array& a, const Array& b, const std::string& metric, int64_t top_k,
+                std::map<std::string, Value>& out) {
+  const size_t dim = a.numel(), rows = b.numel() / dim;
+  const float* q = a.as<float>();
+  const float* m = b.as<float>();
+  double qn = 0;
+  for (size_t j = 0; j < dim; ++j) qn += static_cast<double>(q[j]) * q[j];
+  std::vector<double> scores(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    double dot = 0, n = 0;
+    for (size_t j = 0; j < dim; ++j) {
+      dot += static_cast<double>(m[i * dim + j]) * q[j];
+      n += static_cast<double>(m[i * dim + j]) * m[i * dim + j];
+    }
+    scores[i] = metric == "cosine" ? dot / (std::sqrt(n) * std::sqrt(qn) + 1e-12) : dot;
+  }
+  std::vector<int64_t> order(rows);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return scores[x] > scores[y]; });
+  order.resize(std::min<size_t>(rows, static_cast<size_t>(top_k)));
+  Array s{"float32", {static_cast<int64_t>(rows)}, std::vector<uint8_t>(rows * 4)};
+  for (size_t i = 0; i < rows; ++i) reinterpret_cast<float*>(s.data.data())[i] = static_cast<float>(scores[i]);
+  Array t{"int64", {static_cast<int64_t>(order.size())}, std::vector<uint8_t>(order.size() * 8)};
+  std::memcpy(t.data.data(), order.data(), t.data.size());
+  out["scores"] = s;
+  out["top"] = t;
 }
 
 Array int64_row(const std::vector<int64_t>& ids, bool flat = false) {
@@ -234,23 +265,48 @@ Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std
   for (const auto& [k, v] : texts) values[k] = v;
   json latency = json::object(), stages = json::object(), generation = json::object();
   bool reached = options.until.empty();
+  if (texts.empty() && tensors.empty()) return {2, "give at least one pipeline input (--text or --file)"};
+  for (const auto& [name, _] : texts)
+    if (std::find(config.pipeline_inputs.begin(), config.pipeline_inputs.end(), name) == config.pipeline_inputs.end())
+      return {2, "unknown pipeline input " + name};
   for (const auto& stage : config.stages) {
     std::map<std::string, Value> args;
+    bool ready = true;  // a stage whose inputs were not given (nor made) is skipped, as deployc run does
     for (const auto& item : stage.inputs) {
       auto eq = item.find('=');
       std::string port = item.substr(0, eq), ref = item.substr(eq + 1);
-      if (!values.count(ref)) return {2, "stage " + stage.name + ": no value for " + ref + " (pass it with --text)"};
+      if (!values.count(ref)) {
+        ready = false;
+        break;
+      }
       args[port] = values[ref];
+    }
+    bool given_all = !stage.outputs.empty() && std::all_of(stage.outputs.begin(), stage.outputs.end(), [&](const auto& port) {
+      return tensors.count(stage.name + "." + port) > 0;
+    });
+    if (!ready && !given_all) {
+      if (stage.name == options.until) return {2, "--until " + stage.name + ": its inputs were not given"};
+      continue;
     }
     json params = json::parse(stage.params_json);
     std::map<std::string, Value> out;
     auto start = std::chrono::steady_clock::now();
     const Tokenizer* tk = params.contains("tokenizer") ? tokenizers_.at(params.at("tokenizer")).get() : nullptr;
-    bool given = !stage.outputs.empty() && std::all_of(stage.outputs.begin(), stage.outputs.end(), [&](const auto& port) {
-      return tensors.count(stage.name + "." + port) > 0;
-    });
-    if (given) {
+    if (given_all) {
       for (const auto& port : stage.outputs) out[port] = tensors.at(stage.name + "." + port);
+    } else if (stage.op == "image" || stage.op == "audio") {
+      auto bytes = std::get_if<std::string>(&args["input"]);
+      if (!bytes) return {2, "stage " + stage.name + ": input is not a file"};
+      Array a;
+      Failure f = stage.op == "image" ? image_steps(*bytes, params.at("steps"), a) : audio_steps(*bytes, params.at("steps"), a);
+      if (f) return {f.exit_code, "stage " + stage.name + " (" + stage.op + "): " + f.message};
+      out[stage.op == "image" ? "pixels" : "features"] = a;
+    } else if (stage.op == "similarity") {
+      auto a = std::get_if<Array>(&args["a"]);
+      auto b = std::get_if<Array>(&args["b"]);
+      if (!a || !b || a->dtype != "float32" || b->dtype != "float32" || a->numel() == 0 || b->numel() % a->numel())
+        return {2, "stage " + stage.name + ": a and b must be float32 embeddings of the same dimension"};
+      similarity(*a, *b, params.value("metric", std::string("cosine")), params.value("top_k", 1), out);
     } else if (stage.op == "tokenize") {
       auto text = std::get_if<std::string>(&args["input"]);
       if (!text) return {2, "stage " + stage.name + ": input is not text"};
@@ -312,11 +368,13 @@ Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std
   }
   if (!reached) return {2, "--until " + options.until + ": no such stage"};
   json outputs = json::object();
-  if (options.until.empty())
+  if (options.until.empty()) {
     for (const auto& item : config.pipeline_outputs) {
       auto eq = item.find('=');
-      outputs[item.substr(0, eq)] = to_json(values[item.substr(eq + 1)]);
+      if (values.count(item.substr(eq + 1))) outputs[item.substr(0, eq)] = to_json(values[item.substr(eq + 1)]);
     }
+    if (outputs.empty()) return {2, "no pipeline output can be computed from the inputs given"};
+  }
   result = {{"outputs", outputs}, {"stages", stages}, {"latency_ms", latency}, {"load_ms", load_ms_},
             {"generation", generation}};
   return {};

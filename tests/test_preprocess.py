@@ -1,0 +1,207 @@
+"""Image and audio preprocessing: deployc's Python steps against Pillow and transformers (what a
+checkpoint was trained with), and the native runner's steps against the Python ones, to 1e-5, on
+images and clips of odd sizes and formats."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from deployc.runtime import preprocess as P
+
+RNG = np.random.default_rng(7)
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+CLIP_STEPS = [{"op": "decode"}, {"op": "resize", "shortest_edge": 224, "filter": "bicubic"},
+              {"op": "center_crop", "height": 224, "width": 224}, {"op": "rescale", "factor": 1 / 255},
+              {"op": "normalize", "mean": CLIP_MEAN, "std": CLIP_STD}, {"op": "layout", "layout": "NCHW"}]
+WHISPER = {"op": "log_mel", "sample_rate": 16000, "n_fft": 400, "hop_length": 160, "n_mels": 80, "fmin": 0.0,
+           "fmax": 8000.0}
+
+
+def _photo(h: int, w: int) -> np.ndarray:
+    """A smooth gradient with noise: resampling has real work, unlike pure noise or flat colour."""
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 / max(w - 1, 1), y * 255 / max(h - 1, 1), (x + y) * 127 / max(h + w - 2, 1)], -1)
+    return np.clip(base + RNG.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def _encode(im: Image.Image, fmt: str, **kw: object) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def _images() -> dict[str, bytes]:
+    rgb = Image.fromarray(_photo(61, 97))
+    out = {
+        "rgb_61x97.png": _encode(rgb, "PNG"),
+        "tall_500x333.png": _encode(Image.fromarray(_photo(500, 333)), "PNG"),
+        "small_13x9.png": _encode(Image.fromarray(_photo(13, 9)), "PNG"),
+        "gray.png": _encode(rgb.convert("L"), "PNG"),
+        "rgba.png": _encode(Image.fromarray(np.dstack([_photo(40, 71), RNG.integers(0, 256, (40, 71), np.uint8)])),
+                            "PNG"),
+        "palette.png": _encode(rgb.convert("P"), "PNG"),
+        "gray16.png": _encode(Image.fromarray((RNG.integers(0, 65536, (33, 47))).astype(np.uint16)), "PNG"),
+        "rgb.jpg": _encode(rgb, "JPEG", quality=90),
+        "gray.jpg": _encode(rgb.convert("L"), "JPEG", quality=85),
+        "subsampled.jpg": _encode(Image.fromarray(_photo(71, 53)), "JPEG", quality=75, subsampling=2),
+    }
+    for orientation in range(2, 9):  # EXIF-rotated JPEGs: a phone photo held sideways
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        out[f"exif{orientation}.jpg"] = _encode(Image.fromarray(_photo(45, 80)), "JPEG", quality=90, exif=exif)
+    return out
+
+
+IMAGES = _images()
+
+
+@pytest.mark.parametrize("filter_name,code", [("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC)])
+def test_resize_is_pillows(filter_name: str, code: int) -> None:
+    for _ in range(25):
+        h, w = (int(v) for v in RNG.integers(3, 160, 2))
+        oh, ow = (int(v) for v in RNG.integers(2, 240, 2))
+        a = _photo(h, w)
+        want = np.asarray(Image.fromarray(a).resize((ow, oh), code))
+        assert np.array_equal(P.resize(a, oh, ow, filter_name), want), (h, w, oh, ow)
+
+
+@pytest.mark.parametrize("name", ["rgb_61x97.png", "tall_500x333.png", "gray.png", "rgba.png", "rgb.jpg"])
+def test_image_steps_match_transformers_clip_processor(name: str) -> None:
+    from transformers import CLIPImageProcessorPil
+
+    with Image.open(io.BytesIO(IMAGES[name])) as im:
+        want = CLIPImageProcessorPil()(im.convert("RGB"), return_tensors="np")["pixel_values"]
+    got = P.image_steps(IMAGES[name], CLIP_STEPS)
+    assert got.shape == want.shape == (1, 3, 224, 224)
+    assert np.abs(got - want).max() < 1e-6
+
+
+def test_exif_orientation_is_applied() -> None:
+    from PIL import ImageOps
+
+    for orientation in range(2, 9):
+        data = IMAGES[f"exif{orientation}.jpg"]
+        with Image.open(io.BytesIO(data)) as im:
+            want = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        got = P.decode_image(data)
+        assert got.shape == want.shape and np.array_equal(got, want)
+        assert got.shape[:2] == ((80, 45) if orientation >= 5 else (45, 80))
+
+
+def _wav(samples: np.ndarray, rate: int, bits: int, float_samples: bool = False) -> bytes:
+    """samples: [n, channels] in [-1, 1]."""
+    n, channels = samples.shape
+    if float_samples:
+        body, code, bits = samples.astype("<f4").tobytes(), 3, 32
+    elif bits == 8:
+        body, code = np.clip(np.round(samples * 127 + 128), 0, 255).astype(np.uint8).tobytes(), 1
+    elif bits == 16:
+        body, code = np.round(samples * 32767).astype("<i2").tobytes(), 1
+    else:  # 24-bit
+        v = np.round(samples * 8388607).astype("<i4").reshape(-1)
+        body, code = b"".join(int(x).to_bytes(4, "little", signed=True)[:3] for x in v), 1
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", code, channels, rate, rate * block, block, bits)
+    return (b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(body)) + b"WAVE" + b"fmt " +
+            struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(body)) + body)
+
+
+def _tone(seconds: float, rate: int, channels: int) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    mono = 0.4 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 1870 * t) + RNG.normal(0, 0.02, t.size)
+    return np.stack([mono * (1 - 0.3 * c) for c in range(channels)], 1)
+
+
+CLIPS = {
+    "pcm16_16k_mono.wav": _wav(_tone(1.3, 16000, 1), 16000, 16),
+    "pcm8_8k_stereo.wav": _wav(_tone(0.7, 8000, 2), 8000, 8),
+    "pcm24_22k.wav": _wav(_tone(0.9, 22050, 1), 22050, 24),
+    "float_44k_stereo.wav": _wav(_tone(0.5, 44100, 2), 44100, 32, float_samples=True),
+}
+
+
+def _audio_steps(seconds: float = 2.0) -> list[dict[str, object]]:
+    return [{"op": "decode_wav"}, {"op": "resample", "sample_rate": 16000},
+            {"op": "pad_or_trim", "samples": int(seconds * 16000)}, WHISPER]
+
+
+def test_log_mel_matches_whisper_feature_extractor() -> None:
+    from transformers import WhisperFeatureExtractor
+
+    x = _tone(3.0, 16000, 1)[:, 0]
+    want = WhisperFeatureExtractor()(x, sampling_rate=16000, return_tensors="np")["input_features"][0]
+    got = P.log_mel(np.pad(x, (0, 480000 - x.size)), WHISPER)
+    assert got.shape == want.shape == (80, 3000)
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_wav_decoding_and_resampling() -> None:
+    x, rate = P.decode_wav(CLIPS["pcm16_16k_mono.wav"])
+    assert rate == 16000 and x.size == int(1.3 * 16000) and abs(x.max() - 0.6) < 0.05
+    x8, rate8 = P.decode_wav(CLIPS["pcm8_8k_stereo.wav"])
+    assert rate8 == 8000 and x8.ndim == 1
+    # A 1 kHz tone resampled 22,050 -> 16,000 Hz stays a 1 kHz tone of the same amplitude.
+    t = np.arange(22050) / 22050
+    y = P.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
+    ref = np.sin(2 * np.pi * 1000 * np.arange(y.size) / 16000)
+    assert y.size == 16000 and np.abs(y[200:-200] - ref[200:-200]).max() < 1e-3
+    with pytest.raises(P.PreprocessError, match="not a RIFF/WAVE"):
+        P.decode_wav(b"RIFX" + bytes(40))
+
+
+def _native(runner: Path, tmp: Path, steps: list[dict[str, object]], data: bytes, name: str) -> np.ndarray:
+    (tmp / "steps.json").write_text(json.dumps(steps))
+    (tmp / name).write_bytes(data)
+    r = subprocess.run([str(runner), "--preprocess", str(tmp / "steps.json"), str(tmp / name), "--out",
+                        str(tmp / "out.npy")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return np.load(tmp / "out.npy")
+
+
+@pytest.mark.slow
+def test_native_image_preprocessing_matches_python(runner: Path, tmp_path: Path) -> None:
+    nhwc_bilinear = [{"op": "decode"}, {"op": "resize", "height": 37, "width": 51, "filter": "bilinear"},
+                     {"op": "center_crop", "height": 40, "width": 30}, {"op": "layout", "layout": "NHWC"}]
+    worst = 0.0
+    for name, data in IMAGES.items():
+        for steps in (CLIP_STEPS, nhwc_bilinear):
+            want = P.image_steps(data, steps)
+            got = _native(runner, tmp_path, steps, data, name)
+            assert got.shape == want.shape and got.dtype == np.float32, name
+            worst = max(worst, float(np.abs(got - want).max()))
+            assert np.abs(got - want).max() <= 1e-5, name
+    assert worst == 0.0  # the same integer resampling and float32 arithmetic: identical, not just close
+
+
+@pytest.mark.slow
+def test_native_audio_preprocessing_matches_python(runner: Path, tmp_path: Path) -> None:
+    for name, data in CLIPS.items():
+        steps = _audio_steps(1.0)
+        want = P.audio_steps(data, steps)
+        got = _native(runner, tmp_path, steps, data, name)
+        assert got.shape == want.shape == (1, 80, 100), name
+        assert np.abs(got - want).max() <= 1e-5, name
+
+
+@pytest.mark.slow
+def test_native_refuses_undecodable_files(runner: Path, tmp_path: Path) -> None:
+    cases = [(CLIP_STEPS, IMAGES["rgb_61x97.png"][:200], "broken PNG data"),
+             (CLIP_STEPS, IMAGES["rgb.jpg"][:300], "cannot decode the image"),
+             (CLIP_STEPS, b"GIF89a" + bytes(30), "not a PNG or JPEG file"),
+             (_audio_steps(), b"RIFF\x00\x00\x00\x00WAVEjunk", "no fmt or data chunk")]
+    for steps, data, message in cases:
+        (tmp_path / "steps.json").write_text(json.dumps(steps))
+        (tmp_path / "bad").write_bytes(data)
+        r = subprocess.run([str(runner), "--preprocess", str(tmp_path / "steps.json"), str(tmp_path / "bad"), "--out",
+                            str(tmp_path / "o.npy")], capture_output=True, text=True)
+        assert r.returncode == 2 and message in r.stderr, (message, r.stderr)
+        with pytest.raises(P.PreprocessError):
+            (P.image_steps if steps is CLIP_STEPS else P.audio_steps)(data, steps)
