@@ -211,3 +211,74 @@ def test_located_errors(cli, project: Path, case: str) -> None:  # type: ignore[
     r = cli("validate", "m.yaml")
     assert r.code == 2 and "Traceback" not in r.err
     assert expected in r.err, r.err
+
+
+AUDIO_MODEL = '''
+import torch
+from torch import nn
+
+
+class Listener(nn.Module):
+    """Log-mel frames -> a unit embedding: a 1-D convolution over time, mean-pooled."""
+
+    def __init__(self, mels: int = 80, dim: int = 16) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(mels, dim, 5, padding=2)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return nn.functional.normalize(torch.relu(self.conv(features)).mean(dim=2), dim=-1)
+
+
+def build() -> nn.Module:
+    return Listener().eval()
+'''
+
+AUDIO_MANIFEST = """\
+apiVersion: deployc/v1
+name: listen
+version: 1.0.0
+targets: [arduino_q]
+models:
+  listener:
+    task: embedding
+    source: {factory: "models.listener:build"}
+    inputs:
+      features: {shape: [1, 80, 100], dtype: float32, range: [-1.5, 1.5]}
+    outputs: {embedding: {shape: [1, 16]}}
+pipeline:
+  inputs: {clip: {type: audio}, other: {type: audio}}
+  outputs: {features: mel.features, same: match.scores}
+  stages:
+    - {name: mel, op: audio, input: clip, sample_rate: 16000, n_fft: 400, hop_length: 160, n_mels: 80, seconds: 1.0}
+    - {name: heard, op: model, model: listener, inputs: {features: mel.features}}
+    - {name: mel2, op: audio, input: other, sample_rate: 16000, n_fft: 400, hop_length: 160, n_mels: 80, seconds: 1.0}
+    - {name: heard2, op: model, model: listener, inputs: {features: mel2.features}}
+    - {name: match, op: similarity, a: heard.embedding, b: heard2.embedding, metric: dot}
+"""
+
+
+@pytest.mark.slow
+def test_audio_pipeline_end_to_end(cli, project: Path, runner: Path) -> None:  # type: ignore[no-untyped-def]
+    """A WAV file through decode, resample, log-mel and a model, in deployc run and natively."""
+    from test_preprocess import CLIPS
+
+    (project / "models" / "listener.py").write_text(AUDIO_MODEL)
+    (project / "m.yaml").write_text(AUDIO_MANIFEST)
+    r = cli("build", "m.yaml", "--out", "dist", "--json")
+    assert r.code == 0, r.err
+    bundle = project / "dist" / "listen" / "1.0.0" / "arduino_q"
+    for name in ("pcm8_8k_stereo.wav", "pcm24_22k.wav"):
+        (project / name).write_bytes(CLIPS[name])
+    host = _run(cli, bundle, "clip=pcm8_8k_stereo.wav", "other=pcm24_22k.wav")["outputs"]
+    n = subprocess.run([str(runner), str(bundle), "--pipeline", "--file", "clip=pcm8_8k_stereo.wav", "--file",
+                        "other=pcm24_22k.wav"], capture_output=True, text=True, cwd=project)
+    assert n.returncode == 0, n.stderr
+    native = json.loads(n.stdout)["outputs"]
+    assert native["features"]["shape"] == [1, 80, 100]
+    assert np.abs(np.asarray(native["features"]["data"]) - np.asarray(host["features"]).reshape(-1)).max() <= 1e-5
+    assert native["same"]["data"] == pytest.approx(host["same"], abs=1e-5)
+    same = _run(cli, bundle, "clip=pcm24_22k.wav", "other=pcm24_22k.wav")["outputs"]["same"]
+    assert same[0] == pytest.approx(1.0, abs=1e-5)  # one clip twice: identical unit embeddings
+    (project / "noise.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEfmt \x02\x00\x00\x00")
+    r = cli("run", str(bundle), "--input", "clip=noise.wav")
+    assert r.code == 2 and "stage mel (audio): WAV fmt chunk is too short" in r.err, r.err
