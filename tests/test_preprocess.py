@@ -205,3 +205,36 @@ def test_native_refuses_undecodable_files(runner: Path, tmp_path: Path) -> None:
         assert r.returncode == 2 and message in r.stderr, (message, r.stderr)
         with pytest.raises(P.PreprocessError):
             (P.image_steps if steps is CLIP_STEPS else P.audio_steps)(data, steps)
+
+
+def test_steps_from_hugging_face_preprocessor_configs(tmp_path: Path) -> None:
+    """The configs transformers writes give the steps (and so the pixels and features) it computes."""
+    from transformers import CLIPImageProcessorPil, WhisperFeatureExtractor
+
+    from deployc.manifest import AudioStage, ImageStage
+    from deployc.pipeline.preprocessing import audio_shape, audio_steps, image_shape, image_steps
+
+    (tmp_path / "clip.json").write_text(json.dumps(CLIPImageProcessorPil().to_dict()))
+    steps, problems = image_steps(ImageStage(name="px", op="image", input="i", preprocessor="clip.json"), tmp_path)
+    assert problems == [] and steps == [{**s, "factor": pytest.approx(1 / 255)} if s["op"] == "rescale" else s
+                                        for s in CLIP_STEPS]
+    assert image_shape(steps) == (1, 3, 224, 224)
+    # Fields in the manifest win; an old-style bare size with a crop is the shorter side.
+    (tmp_path / "old.json").write_text(json.dumps({"size": 256, "crop_size": 224, "resample": 2,
+                                                   "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    steps, problems = image_steps(ImageStage(name="px", op="image", input="i", preprocessor="old.json",
+                                             layout="NHWC"), tmp_path)
+    assert problems == [] and steps[1] == {"op": "resize", "shortest_edge": 256, "filter": "bilinear"}
+    assert image_shape(steps) == (1, 224, 224, 3)
+    (tmp_path / "lanczos.json").write_text(json.dumps({"size": {"height": 8, "width": 8}, "resample": 1}))
+    _, problems = image_steps(ImageStage(name="px", op="image", input="i", preprocessor="lanczos.json"), tmp_path)
+    assert problems == [("preprocessor", "lanczos.json: resample 1 (lanczos) is not supported; bilinear (2) and "
+                                         "bicubic (3) are")]
+    (tmp_path / "whisper.json").write_text(json.dumps(WhisperFeatureExtractor().to_dict()))
+    steps, problems = audio_steps(AudioStage(name="mel", op="audio", input="a", preprocessor="whisper.json"), tmp_path)
+    assert problems == [] and steps[2] == {"op": "pad_or_trim", "samples": 480000} and steps[3] == WHISPER
+    assert audio_shape(steps) == (1, 80, 3000)
+    (tmp_path / "w2v.json").write_text(json.dumps({"feature_extractor_type": "Wav2Vec2FeatureExtractor",
+                                                   "sampling_rate": 16000}))
+    _, problems = audio_steps(AudioStage(name="mel", op="audio", input="a", preprocessor="w2v.json"), tmp_path)
+    assert problems[0][1].startswith("w2v.json: feature extractor Wav2Vec2FeatureExtractor is not supported")
