@@ -153,7 +153,7 @@ def test_deployc_run_answers_from_the_bundle_alone(rag: Path, tmp_path: Path) ->
     assert result["load_ms"] > 0 and g["prompt_tokens"] > 10 and 1 <= g["tokens"] <= 24
     assert 0 < g["first_token_ms"] <= result["latency_ms"]["answer"] and g["per_token_ms"] >= 0
     r = run_subprocess("run", str(copy), "--input", "question=x", cwd=tmp_path)
-    assert r.code == 2 and "pipeline inputs are query; missing query" in r.err
+    assert r.code == 2 and "pipeline inputs are query (text); unknown question" in r.err
 
 
 def test_run_refuses_a_tampered_bundle(rag: Path, tmp_path: Path) -> None:
