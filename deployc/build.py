@@ -12,7 +12,7 @@ import time
 from deployc.cache import Cache, Entry
 from deployc.events import Event, EventSink, Say
 from deployc.executors import Executor
-from deployc.facts import FACTS_FILE, PROGRAM_FILE, ProgramFacts, TensorFacts
+from deployc.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
 from deployc.graph.metrics import judge
 from deployc.plan import BuildPlan, OutputPlan, UnitPlan
 from deployc.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
@@ -100,7 +100,7 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
         failure = Failure(step="budget", error="; ".join(over))
     return judged.model_copy(update={"status": "failed" if failure else result.status, "failure": failure,
                                      "facts": facts, "verification": verification,
-                                     "program": str(entry.file(PROGRAM_FILE))})
+                                     "program": str(entry.file(program_file(facts.format)))})
 
 
 # A failure at these steps is the backend's (it cannot quantize, lower or run the graph): with

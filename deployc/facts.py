@@ -16,6 +16,11 @@ PROGRAM_FILE = "program.pte"
 PROGRAM_DATA_FILE = "program.ptd"  # its external weights, when the plan keeps them outside the .pte
 
 
+def program_file(fmt: str = "pte") -> str:
+    """The program's name in a cache entry: program.pte, or program.tflite for LiteRT."""
+    return PROGRAM_FILE if fmt == "pte" else f"program.{fmt}"
+
+
 class SizeRange(Frozen):
     """An output size that varies with the inputs' dims."""
 
@@ -77,6 +82,7 @@ class ProgramFacts(Frozen):
     program_key: str
     backend: str
     quantization: str
+    format: Literal["pte", "tflite"] = "pte"
     size_bytes: int
     data_bytes: int = 0  # the .ptd beside it (weights: external)
     dims: list[DimPlan]

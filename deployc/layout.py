@@ -8,8 +8,9 @@ RUNTIME_BIN = "runtime.bin"
 LOCK_FILE = "bundle.lock.json"
 
 
-def program_file(model: str) -> str:
-    return f"{model}.pte"
+def program_file(model: str, fmt: str = "pte") -> str:
+    """The model's program in the bundle: an ExecuTorch .pte or a LiteRT .tflite."""
+    return f"{model}.{fmt}"
 
 
 def program_data_file(model: str) -> str:

@@ -147,6 +147,7 @@ class Package(Frozen):
     step: Literal["package"] = "package"
     key: str = ""
     file: str
+    format: Literal["pte", "tflite"] = "pte"  # ExecuTorch program or LiteRT flatbuffer
     task: str = "other"
     outputs: list[OutputPlan] = []  # declared names and shapes; checked against the built program
     method_outputs: dict[str, list[OutputPlan]] = {}  # the same for further methods

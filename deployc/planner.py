@@ -113,8 +113,11 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
     if r.spec.weights == "external" and not backend.external_weights:
         return None, "keeps its weights inside its delegate; the model asks for weights: external"
+    if backend.format == "tflite" and (r.spec.methods or r.spec.constants):
+        return None, "converts one signature (forward); the model declares further methods or constants"
     if backend.static_shapes_only and r.dynamic_dims:
-        return None, (f"needs static shapes; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
+        why = f" ({backend.static_shapes_reason})" if backend.static_shapes_reason else ""
+        return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
                       f"static for this target: overrides.{r.target}.dims.<dim>: {{min: N, max: N}})")
     return recipe, None
 
@@ -225,7 +228,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=_generated_tokens(spec, dims),
                min_tokens=tol.tokens or 0),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
-        Package(file=layout.program_file(r.model), task=spec.task,
+        Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
                 data_file=layout.program_data_file(r.model) if spec.weights == "external" else "", outputs=_outputs(spec.outputs),
                 method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
                 requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),

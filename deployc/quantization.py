@@ -39,8 +39,9 @@ SchemeName = Literal["fp32", "fp16", "8w", "4w", "8da8w", "8da4w", "w8a8", "16a8
 DEFAULT_GROUP_SIZE = 32
 DEFAULT_CALIBRATION_SAMPLES = 8
 
-# How a scheme is applied: not at all, torchao's quantize_ before export, or PT2E around export.
-Method = Literal["none", "torchao", "pt2e"]
+# How a scheme is applied: not at all, torchao's quantize_ before export, PT2E around export, or by the
+# backend's own converter (LiteRT's quantization recipes).
+Method = Literal["none", "torchao", "pt2e", "converter"]
 
 
 class Recipe(Frozen):

@@ -91,8 +91,8 @@ def render_build(console: Console, report: BuildReport) -> None:
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",
-                      format_size(f.planned_memory_bytes) if f else "-",
-                      f"{f.delegated_share:.0%}" if f else "-", vtext,
+                      format_size(f.planned_memory_bytes) if f and f.format == "pte" else "-",
+                      f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", vtext,
                       f"{latency:.2f} ms" if latency is not None else "-")
     console.table(table)
     for r in report.failed:
@@ -136,9 +136,11 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                     str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
                     + (f" (x{d['multiple_of']})" if d.get("multiple_of", 1) > 1 else "")
                     for d in t["shape"]) + "]"
-                table.add_row(p["name"], p["unit"], p["backend"], p["quantization"], format_size(p["size_bytes"]),
-                              m["name"], " ".join(shape(t) for t in m["inputs"]),
-                              " ".join(shape(t) for t in m["outputs"]), format_size(m["planned_memory_bytes"]),
+                litert = p.get("format") == "tflite"  # LiteRT plans its own memory; its delegate is a requirement
+                table.add_row(p["name"], p["unit"], p["backend"] + (" (.tflite)" if litert else ""), p["quantization"],
+                              format_size(p["size_bytes"]), m["name"], " ".join(shape(t) for t in m["inputs"]),
+                              " ".join(shape(t) for t in m["outputs"]),
+                              "-" if litert else format_size(m["planned_memory_bytes"]),
                               ", ".join(m["delegates"]) or "-", vtext)
         console.table(table)
         for p in info["programs"]:

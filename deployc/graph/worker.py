@@ -188,6 +188,14 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             checks += calls
             references += refs
     lap("load")
+    outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
+               for name, _, _ in signatures}
+    signature_facts = {name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
+                                               for i in inputs], outputs=outputs[name])
+                       for name, _, inputs in signatures}
+    if backend.format == "tflite":
+        return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
+                               log, durations, signature_facts)
 
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
@@ -230,8 +238,6 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             written[0].replace(data)
     lap("serialize")
 
-    outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
-               for name, _, _ in signatures}
     if verifier is not None:
         at("verify")
         measurement = verify(pte, checks, references, verifier, log, sequences, data)
@@ -241,7 +247,55 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     return ProgramFacts(
         program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
         size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
-        signatures={name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
-                                            for i in inputs], outputs=outputs[name])
-                    for name, _, inputs in signatures},
-        methods=methods, measurement=measurement, durations_s=durations, stayed_float=float_layers, **graph)
+        signatures=signature_facts, methods=methods, measurement=measurement, durations_s=durations,
+        stayed_float=float_layers, **graph)
+
+
+def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list[Any], references: list[Any],
+                    staging: Path, at: Callable[[str], None], lap: Callable[[str], None],
+                    verifier: subprocess.Popen[str] | None, log: IO[str] | None, durations: dict[str, float],
+                    signatures: dict[str, Signature]) -> ProgramFacts:
+    """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
+    verifier runs through the LiteRT interpreter against the same references."""
+    from deployc.facts import Measurement, program_file
+    from deployc.graph.verify import verify
+    from deployc.pte import MethodFacts
+    from deployc.runtime.litert_host import operators
+    from deployc.targets.backends import BACKENDS
+    from deployc.targets.backends.litert import LiteRT
+
+    backend = BACKENDS[unit.backend]
+    assert isinstance(backend, LiteRT)
+    at("lower")
+    import litert_torch
+
+    quant = backend.quant_config(unit.quantize.recipe)
+    try:
+        edge = litert_torch.convert(model.eval(), tuple(example), **({"quant_config": quant} if quant else {}))
+    except Exception as exc:  # the converter raises anything; name what it could not take
+        raise BuildError(f"litert-torch cannot convert the model: {_first_line(exc)}") from exc
+    lap("lower")
+    at("serialize")
+    tflite = staging / program_file("tflite")
+    edge.export(str(tflite))
+    lap("serialize")
+    ops = operators(tflite)
+    if verifier is not None:
+        at("verify")
+        measurement = verify(tflite, checks, references, verifier, log)
+        lap("verify")
+    else:
+        measurement = Measurement(status="not-run", reason=unit.verify.reason)
+    forward = signatures["forward"]
+    return ProgramFacts(
+        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization, format="tflite",
+        size_bytes=tflite.stat().st_size, dims=unit.export.dims, signatures=signatures,
+        methods={"forward": MethodFacts(planned_memory_bytes=0, operators=ops, delegates=[],
+                                        inputs=len(forward.inputs), outputs=len(forward.outputs))},
+        measurement=measurement, durations_s=durations, delegates={}, delegated_ops=0, total_ops=0,
+        delegated_share=0.0, non_delegated_ops=[])
+
+
+def _first_line(exc: Exception) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:400] if text else type(exc).__name__

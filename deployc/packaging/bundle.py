@@ -76,6 +76,8 @@ def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, 
         declared = package.outputs if name == "forward" else package.method_outputs.get(name, [])
         outputs = [o.model_copy(update={"name": declared[i].name}) if i < len(declared) else o
                    for i, o in enumerate(outputs)]
+        if facts.format == "tflite":  # LiteRT programs take 32-bit types (litert-torch converts int64 ids)
+            inputs, outputs = _narrowed(inputs), _narrowed(outputs)
         methods.append({"name": name, "inputs": _tensors(inputs, dims), "outputs": _tensors(outputs, dims),
                         "planned_memory_bytes": m.planned_memory_bytes, "operators": m.operators,
                         "delegates": m.delegates})
@@ -86,7 +88,15 @@ def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, 
         "threads": r.unit.threads or 0, "warmup": r.unit.warmup, "methods": methods,
         "verification": _verification(verification), **({"requirements": requirements} if requirements else {}),
         **({"data_file": data[0], "data_sha256": data[1], "data_bytes": data[2]} if data else {}),
+        **({"format": facts.format} if facts.format != "pte" else {}),
     }
+
+
+_NARROW = {"int64": "int32", "float64": "float32"}
+
+
+def _narrowed(tensors: list[Any]) -> list[Any]:
+    return [t.model_copy(update={"dtype": _NARROW.get(t.dtype, t.dtype)}) for t in tensors]
 
 
 def _pipeline(p: PipelineConfig) -> dict[str, Any]:

@@ -82,6 +82,8 @@ def describe_bundle(folder: Path) -> dict[str, Any]:
         f = folder / p["file"]
         if not f.is_file() or f.stat().st_size != lock["files"].get(p["file"], {}).get("size"):
             continue  # missing or changed: the lock check reports it
+        if p.get("format", "pte") != "pte":
+            continue  # a LiteRT flatbuffer: its ops and tensors are in the config; no ExecuTorch breakdown
         data = f.read_bytes()
         try:
             kinds[p["name"]] = byte_kinds(read_program(data), data).model_dump()

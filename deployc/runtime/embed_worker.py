@@ -21,7 +21,7 @@ import numpy as np
 def main(argv: list[str]) -> int:
     import torch
 
-    from deployc.runtime.host import load_program
+    from deployc.runtime.host import load_any
     from deployc.runtime.tokenizer import encode, load_tokenizer
 
     if argv[0] == "--images":
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         def prepare(item: str) -> list[torch.Tensor]:
             ids, mask = encode(tk, item, int(pad_to))
             return [torch.from_numpy(ids), torch.from_numpy(mask)]
-    method = load_program(Path(program)).load_method("forward")
+    method = load_any(Path(program)).load_method("forward")
     vectors = []
     start = time.perf_counter()
     texts = items

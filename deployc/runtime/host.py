@@ -31,3 +31,12 @@ def load_program(path: Path, data_path: Path | None = None) -> Any:
     return c._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
                            program_verification=c.Verification.InternalConsistency,
                            data_path=str(data_path) if data_path else None)
+
+
+def load_any(path: Path, data_path: Path | None = None) -> Any:
+    """An ExecuTorch .pte, or a LiteRT .tflite (the same load_method interface)."""
+    if Path(path).suffix == ".tflite":
+        from deployc.runtime.litert_host import load_litert
+
+        return load_litert(Path(path))
+    return load_program(path, data_path)

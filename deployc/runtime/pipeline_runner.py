@@ -35,7 +35,7 @@ class Bundle:
     # ---- resources, loaded once -------------------------------------------------------------------------
     def method(self, program: str, name: str = "forward") -> Any:
         if (program, name) not in self._methods:
-            from deployc.runtime.host import load_program
+            from deployc.runtime.host import load_any
 
             if program not in self._programs:
                 self._prepare(program)
@@ -43,7 +43,7 @@ class Bundle:
                 data = self.folder / entry["data_file"] if entry.get("data_file") else None
                 if data is not None and not data.is_file():  # the raw runtime segfaults without it
                     raise RunError(f"program {program}: its weights file {entry['data_file']} is missing")
-                self._programs[program] = load_program(self.folder / entry["file"], data)
+                self._programs[program] = load_any(self.folder / entry["file"], data)
             try:
                 self._methods[(program, name)] = self._programs[program].load_method(name)
             except RuntimeError as exc:

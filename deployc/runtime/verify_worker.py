@@ -1,4 +1,4 @@
-"""Run a .pte through executorch.runtime on saved inputs, in its own process.
+"""Run a .pte through executorch.runtime (or a .tflite through LiteRT) on saved inputs, in its own process.
 
 Isolated because a runtime fault (e.g. a program loaded without its external weights) kills the
 process with SIGSEGV; the parent turns that into a failed unit. The parent starts this process early,
@@ -19,7 +19,7 @@ LATENCY_RUNS = 5
 def main(argv: list[str]) -> int:
     import torch
 
-    from deployc.runtime.host import load_program
+    from deployc.runtime.host import load_any
 
     job = argv if len(argv) >= 3 else sys.stdin.readline().split()
     if len(job) not in (3, 4):
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     checks = job_data["checks"]  # [(method name, [tensors])], run in order: stateful programs see the same calls
     timed = job_data["timed"]  # the check whose call is timed
     t = time.perf_counter()
-    program = load_program(program_path, data_path)
+    program = load_any(Path(program_path), data_path)
     methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
     load_s = time.perf_counter() - t
     outputs = [[o.clone() for o in methods[name](list(inputs))] for name, inputs in checks]

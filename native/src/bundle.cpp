@@ -94,6 +94,9 @@ class StdoutToStderr {
 // or, loaded here first by path, the libraries DEPLOYC_QNN_LIBRARIES names (`deployc native qnn-env`
 // prints it; with the PyPI libraries it names deployc's compatibility layer).
 Failure prepare_backend(const ProgramSpec& p) {
+  if (p.backend == "litert")
+    return fail(2, "program " + p.name + " is a LiteRT program (" + p.file + "): an app runs it with the LiteRT "
+                   "runtime; this runner runs ExecuTorch programs only");
   if (p.backend != "qnn") return {};
   static bool ready = false;
   if (ready) return {};

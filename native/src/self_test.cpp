@@ -84,6 +84,9 @@ Failure self_test(Bundle& bundle, json& result) {
       if (a.kind == "self_test" && a.name == p.name + ".self_test") vectors = &a;
     if (!vectors) {
       row["reason"] = "no self-test vectors in the bundle";
+    } else if (p.backend == "litert") {
+      row["reason"] = "not run by this runner: a LiteRT program (.tflite); `deployc inspect --self-test` runs it "
+                      "on the host's LiteRT interpreter";
     } else if (p.backend != "xnnpack" && p.backend != "portable" && p.backend != "qnn") {
       row["reason"] = "not run on this host: this runner has no " + p.backend + " delegate";
     } else {

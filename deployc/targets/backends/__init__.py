@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from deployc.manifest import QuantSpec
 from deployc.quantization import Recipe
-from deployc.targets.backends import cortex_m, portable, qnn, vulkan, xnnpack
+from deployc.targets.backends import cortex_m, litert, portable, qnn, vulkan, xnnpack
 from deployc.targets.backends.base import Availability
 
 
@@ -22,6 +22,7 @@ class Backend(Protocol):
     name: str
     partitioners: tuple[str, ...]
     static_shapes_only: bool
+    format: str  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
 
     @property
     def schemes(self) -> frozenset[str]: ...
@@ -67,6 +68,7 @@ _MODULES = (  # the registry: one line per backend module, in the order `deployc
     cortex_m,
     portable,
     qnn,
+    litert,
 )
 
 BACKENDS: dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}

@@ -69,10 +69,12 @@ class BackendBase:
     modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
+    static_shapes_reason: str = ""  # why, when it is the converter's limit rather than the hardware's
     quantized_embeddings: frozenset[str] = frozenset()  # schemes whose embedding tables it quantizes too
     delegate_id: str = ""  # the id its delegates carry in a .pte ("" when it makes none)
     not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
     external_weights: bool = False  # can put its weights in a .ptd data file (ExecuTorch named data)
+    format: str = "pte"  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
 
     @property
     def schemes(self) -> frozenset[str]:
