@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +238,7 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
     folder = path.resolve().parent
     if not folder.is_dir():
         raise UsageError(f"no directory {folder} for {path}")
+    chosen_targets = bool(targets)
     if not targets:
         from deployc.targets.profile import profile_origins
 
@@ -255,6 +256,11 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
         order.remove("8da4w")
         order.insert(0, "8da4w")
     takes = {s: [t for t in targets if _plans(_render(parts, [t], s, {}), folder, t, planner)] for s in order}
+    if not chosen_targets:  # every known profile was tried: keep those that can build the model at all
+        usable = [t for t in targets if any(t in takes[s] for s in order)]
+        if usable:
+            targets = usable
+            parts = replace(parts, target_notes=_target_notes(targets, folder))
     scheme = max(order, key=lambda s: len(takes[s]))  # max keeps the first of equals: the preferred one
     overrides: dict[str, str] = {}
     for t in targets:

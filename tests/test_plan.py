@@ -119,8 +119,9 @@ def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> 
         (unit,) = plan.units()
         assert (unit.backend, unit.quantization) == (backend, scheme)
         recipe = unit.quantize.recipe
-        assert recipe.method == ("none" if scheme in ("fp32", "fp16") else "pt2e" if SCHEMES[scheme].calibrated
-                                 else "torchao")
+        assert recipe.method == ("none" if scheme == "fp32" or (scheme == "fp16" and backend != "litert")
+                                 else "converter" if backend == "litert"
+                                 else "pt2e" if SCHEMES[scheme].calibrated else "torchao")
     else:
         with pytest.raises(PlanError) as info:
             make_plan(load_project(path), toolchain(qnn=True))

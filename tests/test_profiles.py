@@ -54,6 +54,7 @@ def test_env_search_path(tmp_path: Path, monkeypatch, cli) -> None:
     assert r.code == 0
     assert json.loads(r.out) == {
         "board": {"path": str(extra / "board.yaml"), "from": "DEPLOYC_TARGETS_PATH"},
+        "android_litert": {"path": str(BUILTIN_DIR / "android_litert.yaml"), "from": "built-in"},
         "arduino_q": {"path": str(BUILTIN_DIR / "arduino_q.yaml"), "from": "built-in"},
         "snapdragon": {"path": str(BUILTIN_DIR / "snapdragon.yaml"), "from": "built-in"},
     }
@@ -91,7 +92,7 @@ def test_a_manifest_anywhere_finds_the_shipped_profiles(tmp_path: Path, monkeypa
     r = cli("targets", "list")
     assert r.code == 0
     rows = [line.split("│")[1:4] for line in r.out.splitlines() if "built-in" in line]
-    assert sorted(cells[0].strip() for cells in rows) == ["arduino_q", "snapdragon"]
+    assert sorted(cells[0].strip() for cells in rows) == ["android_litert", "arduino_q", "snapdragon"]
 
 
 def test_a_project_profile_shadows_the_shipped_one(tmp_path: Path, monkeypatch, cli) -> None:

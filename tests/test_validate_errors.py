@@ -141,7 +141,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "several-errors-at-once": (
         manifest("    quantization: int3\n").replace("[snapdragon]", "[snapdragon, pixel]"),
         ["m.yaml:4:23: error: targets[1]: unknown target profile 'pixel'",
-         "    hint: known profiles: arduino_q, snapdragon",
+         "    hint: known profiles: android_litert, arduino_q, snapdragon",
          "m.yaml:12:19: error: models.clf.quantization: 'int3' is not one of: fp32, fp16, 8w, 4w, 8da8w, "
          "8da4w, w8a8, 16a8w, 16a4w"],
     ),
@@ -183,7 +183,7 @@ PROFILE_CASES: dict[str, tuple[str, list[str]]] = {
         "apiVersion: deployc/v1\nname: phone\ndevice: {soc: X, os: android, abi: arm64-v8a}\n"
         "units:\n  - {name: cpu, backend: xnnpak, quantization: [fp32]}\n",
         ["targets/phone.yaml:5:26: error: units[0].backend: 'xnnpak' is not one of: xnnpack, vulkan, cortex_m, "
-         "portable, qnn",
+         "portable, qnn, litert",
          "    hint: did you mean 'xnnpack'?"],
     ),
     "bad-size": (

@@ -260,7 +260,7 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
     from deployc.facts import Measurement, program_file
     from deployc.graph.verify import verify
     from deployc.pte import MethodFacts
-    from deployc.runtime.litert_host import operators
+    from deployc.tflite import operators
     from deployc.targets.backends import BACKENDS
     from deployc.targets.backends.litert import LiteRT
 

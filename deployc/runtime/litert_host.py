@@ -52,10 +52,3 @@ class LiteRTProgram:
 
 def load_litert(path: Path) -> LiteRTProgram:
     return LiteRTProgram(path)
-
-
-def operators(path: Path) -> list[str]:
-    """The op names a .tflite uses, sorted (the LiteRT kernels an app's runtime must register)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    return sorted({op["op_name"] for op in Interpreter(model_path=str(path))._get_ops_details()})
