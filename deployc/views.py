@@ -105,7 +105,10 @@ def render_build(console: Console, report: BuildReport) -> None:
     for r in report.units:
         for f in r.fallbacks:
             console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {f.unit} ({f.backend}) failed at "
-                           f"{f.step}: {f.error}; built on unit {r.unit.unit} ({r.unit.backend}) instead")
+                           f"{f.step}: {f.error}; " + (f"built on unit {r.unit.unit} ({r.unit.backend}) instead"
+                                                        if r.status != "failed" else
+                                                        f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
+                                                        "failed too"))
     for r in report.units:
         if r.verification and r.verification.status == "not-run":
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
