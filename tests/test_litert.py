@@ -57,6 +57,18 @@ def test_both_formats_from_one_manifest(built: tuple[Path, dict]) -> None:  # ty
 
 
 @pytest.mark.slow
+def test_diff_and_inspect_know_the_format(built: tuple[Path, dict], cli) -> None:  # type: ignore[no-untyped-def]
+    dist = built[0]
+    r = cli("diff", str(dist / "arduino_q"), str(dist / "android_litert"), "--json")
+    changes = {p["program"]: p["changes"] for p in json.loads(r.out)["programs"]}
+    assert changes["encoder"]["format"] == ["pte", "tflite"] and changes["vision"]["unit"] == ["cpu", "gpu"]
+    assert {f["file"] for f in json.loads(r.out)["files"] if f["change"] == "added"} >= {"encoder.tflite"}
+    r = cli("inspect", str(dist / "android_litert"))
+    assert r.code == 0 and "litert (.tflite)" in r.out and "encoder.forward operators: ADD" in r.out
+    assert "delegate=cpu" in r.out and "verified against bundle.lock.json: ok" in r.out
+
+
+@pytest.mark.slow
 def test_runs_on_the_host_interpreter_and_self_tests(built: tuple[Path, dict], cli,  # type: ignore[no-untyped-def]
                                                      runner: Path) -> None:
     import torch

@@ -36,6 +36,12 @@ def diff_bundles(a: Path, b: Path) -> dict[str, Any]:
         va, vb = pa[name]["verification"], pb[name]["verification"]
         changes = {k: [pa[name][k], pb[name][k]] for k in ("backend", "quantization", "size_bytes", "unit")
                    if pa[name][k] != pb[name][k]}
+        fmt = [pa[name].get("format", "pte"), pb[name].get("format", "pte")]  # absent: an ExecuTorch .pte
+        if fmt[0] != fmt[1]:
+            changes["format"] = fmt
+        ops = [pa[name]["methods"][0]["operators"], pb[name]["methods"][0]["operators"]]
+        if ops[0] != ops[1]:
+            changes["operators"] = [len(ops[0]), len(ops[1])]  # counts: the lists are long; inspect shows them
         changes.update({f"verification.{k}": [va[k], vb[k]] for k in ("status", *METRICS) if va[k] != vb[k]})
         if changes:
             programs.append({"program": name, "changes": changes})
