@@ -306,3 +306,25 @@ def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
     after = make_plan(load_project(path), toolchain())
     assert after.units()[0].load.packages["numpy"] == "999.0"
     assert {u.program_key for u in before.units()}.isdisjoint({u.program_key for u in after.units()})
+
+
+def test_litert_units_are_passed_over_without_the_extra(project: Path) -> None:
+    """Without `deployc[litert]` a litert unit is skipped with the reason, like QNN without its libraries;
+    the target's other units still build the model."""
+    from deployc.targets.backends.litert import BACKEND as LITERT
+
+    (project / "targets" / "phone.yaml").write_text(
+        "apiVersion: deployc/v1\nname: phone\ndevice: {soc: X, os: android, abi: arm64-v8a}\n"
+        "units:\n  - {name: lite, backend: litert, quantization: [fp32]}\n"
+        "  - {name: cpu, backend: xnnpack, quantization: [fp32]}\nfallback: next\n")
+    path = write_manifest(project, dims=False, targets="[phone]")
+    tc = toolchain()
+    missing = Availability(usable=False, reason="Python module litert_torch is not installed "
+                                                "(pip install 'deployc[litert]')")
+    tc = tc.model_copy(update={"backends": {**tc.backends, "litert": missing}, "runs": {**tc.runs, "litert": missing}})
+    plan = make_plan(load_project(path), tc)
+    (unit,) = plan.units()
+    assert (unit.unit, unit.backend) == ("cpu", "xnnpack")
+    assert [(s.unit, s.reason) for s in unit.skipped] == [
+        ("lite", "toolchain not usable here: Python module litert_torch is not installed (pip install 'deployc[litert]')")]
+    assert LITERT.format == "tflite" and LITERT.static_shapes_only
