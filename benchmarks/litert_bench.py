@@ -27,9 +27,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="litert-bench-"))
     try:
         shutil.copytree(ROOT / "manifests", work / "project", ignore=shutil.ignore_patterns("__pycache__", "corpus"))
-        r = subprocess.run([str(ROOT / ".venv" / "bin" / "deployc"), "build", str(work / "project" / "small_models_litert.yaml"),
-                            "--out", str(work / "dist"), "--cache-dir", str(work / "cache"), "--jobs", "2", "--json"],
-                           capture_output=True, text=True)
+        manifest = work / "project" / "small_models_litert.yaml"
+        command = [str(ROOT / ".venv" / "bin" / "deployc"), "build", str(manifest), "--out", str(work / "dist"),
+                   "--cache-dir", str(work / "cache"), "--jobs", "2", "--json"]
+        r = subprocess.run(command, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stderr[-2000:])
             return 1

@@ -170,12 +170,14 @@ CASES = {
     "image-from-text": ([("input: photo, resize", "input: note, resize")],
                         "m.yaml:22:40: error: pipeline.stages[0].input: type mismatch: gets text, expects image"),
     "crop-zero": ([("resize: {height: 32, width: 32}", "crop: {height: 0, width: 32}")],
-                  "m.yaml:22:62: error: pipeline.stages[0].crop.height: input should be greater than or equal to 1, got 0"),
+                  "m.yaml:22:62: error: pipeline.stages[0].crop.height: input should be greater than or equal to 1, "
+                  "got 0"),
     "shape": ([("resize: {height: 32, width: 32}", "resize: {height: 30, width: 32}")],
               "m.yaml:23:61: error: pipeline.stages[1].inputs.image: shape mismatch: gets tensor float32[1, 3, 30, "
               "32], expects tensor float32[1, 3, 32, 32]"),
     "mean-length": ([("mean: [0.5, 0.5, 0.5]", "mean: [0.5, 0.5]")],
-                    "m.yaml:22:86: error: pipeline.stages[0].mean: list should have at least 3 items after validation, not 2"),
+                    "m.yaml:22:86: error: pipeline.stages[0].mean: list should have at least 3 items after validation, "
+                    "not 2"),
     "nyquist": ([("seconds: 1.0}", "seconds: 1.0, fmax: 9000}")],
                 "m.yaml:24:124: error: pipeline.stages[2].fmax: fmax 9000 Hz is above the Nyquist frequency 8000 Hz"),
     "frames": ([("seconds: 1.0}", "seconds: 2.0}")],

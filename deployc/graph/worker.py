@@ -260,9 +260,9 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
     from deployc.facts import Measurement, program_file
     from deployc.graph.verify import verify
     from deployc.pte import MethodFacts
-    from deployc.tflite import operators
     from deployc.targets.backends import BACKENDS
     from deployc.targets.backends.litert import LiteRT
+    from deployc.tflite import operators
 
     backend = BACKENDS[unit.backend]
     assert isinstance(backend, LiteRT)

@@ -20,8 +20,8 @@ from deployc.manifest import (
     ModelSpec,
     ModelStage,
     Pipeline,
-    TemplateStage,
     SimilarityStage,
+    TemplateStage,
     TokenizeStage,
     VectorSearchStage,
 )

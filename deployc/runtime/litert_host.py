@@ -16,8 +16,9 @@ class LiteRTMethod:
         self._np = np
         self._runner = interpreter.get_signature_runner(signature)
         details = self._runner.get_input_details()
-        self._inputs = [(name, details[name]["dtype"]) for name in interpreter.get_signature_list()[signature]["inputs"]]
-        self._outputs = list(interpreter.get_signature_list()[signature]["outputs"])
+        names = interpreter.get_signature_list()[signature]
+        self._inputs = [(name, details[name]["dtype"]) for name in names["inputs"]]
+        self._outputs = list(names["outputs"])
 
     def __call__(self, inputs: list[Any]) -> list[Any]:
         import torch
