@@ -97,3 +97,56 @@ def test_backends_that_keep_weights_inside_refuse_it(tmp_path: Path) -> None:
     assert r.code == 2
     assert ("unit 'mcu' (cortex_m) cannot build this model: keeps its weights inside its delegate; the model asks "
             "for weights: external") in r.err
+
+
+TIED_MODEL = '''
+import torch
+from torch import nn
+
+
+class Tied(nn.Module):
+    """A token embedding whose table is also the output layer's weight (tie_word_embeddings)."""
+
+    def __init__(self, vocab: int = 4000, dim: int = 64, tie: bool = True) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.mix = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, vocab, bias=False)
+        if tie:
+            self.out.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.mix(self.embed(tokens))))[:, -1]
+
+
+def build(tie: bool = True) -> nn.Module:
+    return Tied(tie=tie).eval()
+'''
+
+TIED = """\
+apiVersion: deployc/v1
+name: tied
+version: 1.0.0
+targets: [arduino_q]
+models:
+""" + "".join(f"""  {name}:
+    source: {{factory: "models.tied:build", kwargs: {{tie: {str(tie).lower()}}}}}
+    inputs: {{tokens: {{shape: [1, 8], dtype: int64, range: [0, 3999]}}}}
+    weights: {weights}
+""" for name, tie, weights in [("tied_in", True, "embedded"), ("tied_ext", True, "external"),
+                               ("untied_ext", False, "external")])
+
+
+def test_tied_input_output_weights_are_stored_once_outside_the_program(tmp_path: Path) -> None:
+    """fp32, weights: external: a tied 4000x64 table (1,024,000 B) is stored once in the .ptd; inside
+    a .pte it is stored twice (the embedding's constant and XNNPACK's copy for the output layer)."""
+    manifest = make_project(tmp_path / "project", TIED, "tied.yaml")
+    (manifest.parent / "models" / "tied.py").write_text(TIED_MODEL)
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    assert result.code == 0, result.err[-3000:]
+    assert {u["verification"]["status"] for u in report["units"]} == {"passed"}
+    b = tmp_path / "dist" / "tied" / "1.0.0" / "arduino_q"
+    table = 4000 * 64 * 4
+    tied, untied, inside = ((b / "tied_ext.ptd").stat().st_size, (b / "untied_ext.ptd").stat().st_size,
+                            (b / "tied_in.pte").stat().st_size)
+    assert table < tied < 1.05 * table and 2 * table < untied < 2.05 * table and inside > 2 * table
