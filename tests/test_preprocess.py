@@ -157,6 +157,22 @@ def test_wav_decoding_and_resampling() -> None:
         P.decode_wav(b"RIFX" + bytes(40))
 
 
+def _zero_bit_wav() -> bytes:
+    """A WAV header claiming 0-bit samples in 0-byte blocks (a division by zero, were it trusted)."""
+    return _wav(_tone(0.1, 8000, 1), 8000, 16).replace(struct.pack("<HH", 2, 16), struct.pack("<HH", 0, 0), 1)
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that only claims its size (a decompression bomb's first bytes)."""
+    import zlib
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
 def _native(runner: Path, tmp: Path, steps: list[dict[str, object]], data: bytes, name: str) -> np.ndarray:
     (tmp / "steps.json").write_text(json.dumps(steps))
     (tmp / name).write_bytes(data)
@@ -193,7 +209,9 @@ def test_native_audio_preprocessing_matches_python(runner: Path, tmp_path: Path)
 
 @pytest.mark.slow
 def test_native_refuses_undecodable_files(runner: Path, tmp_path: Path) -> None:
-    cases = [(CLIP_STEPS, IMAGES["rgb_61x97.png"][:200], "broken PNG data"),
+    cases = [(CLIP_STEPS, _png_header(20000, 20000), "the image is too large"),
+             (_audio_steps(), _zero_bit_wav(), "WAV header is inconsistent"),
+             (CLIP_STEPS, IMAGES["rgb_61x97.png"][:200], "broken PNG data"),
              (CLIP_STEPS, IMAGES["rgb.jpg"][:300], "cannot decode the image"),
              (CLIP_STEPS, b"GIF89a" + bytes(30), "not a PNG or JPEG file"),
              (_audio_steps(), b"RIFF\x00\x00\x00\x00WAVEjunk", "no fmt or data chunk")]

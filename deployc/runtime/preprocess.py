@@ -46,6 +46,8 @@ def decode_image(data: bytes) -> np.ndarray:
                 gray = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
                 return np.repeat(gray[:, :, None], 3, axis=2)
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except Image.DecompressionBombError as exc:
+        raise PreprocessError(f"the image is too large: {exc}") from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise PreprocessError(f"cannot decode the image: {exc}") from exc
 
@@ -97,9 +99,11 @@ def _coefficients(in_size: int, out_size: int, filter_name: str) -> tuple[np.nda
 def _resample_axis(image: np.ndarray, out_size: int, axis: int, filter_name: str) -> np.ndarray:
     in_size = image.shape[axis]
     first, fixed = _coefficients(in_size, out_size, filter_name)
-    taps = np.minimum(first[:, None] + np.arange(fixed.shape[1]), in_size - 1)  # weights are 0 past the end
     moved = np.moveaxis(image, axis, 0).astype(np.int64)  # [in, other, C]
-    acc = np.einsum("ok,ok...->o...", fixed, moved[taps]) + (1 << (_PRECISION_BITS - 1))
+    acc = np.full((out_size, *moved.shape[1:]), 1 << (_PRECISION_BITS - 1), dtype=np.int64)
+    for k in range(fixed.shape[1]):  # one tap at a time: memory stays at the output's size
+        taps = np.minimum(first + k, in_size - 1)  # its weight is 0 past the window's end
+        acc += fixed[:, k].reshape(-1, *([1] * (moved.ndim - 1))) * moved[taps]
     out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
     return np.moveaxis(out, 0, axis)
 
@@ -189,7 +193,7 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     code, channels, rate, _, block, bits = fmt
     if code == 0xFFFE and channels and bits in (8, 16, 24, 32):
         code = 1 if bits != 32 else code  # WAVE_FORMAT_EXTENSIBLE: PCM unless float (below)
-    if channels < 1 or rate < 1 or block != channels * ((bits + 7) // 8):
+    if channels < 1 or rate < 1 or bits not in (8, 16, 24, 32) or block != channels * bits // 8:
         raise PreprocessError(f"WAV header is inconsistent ({channels} channels, {bits} bits, block {block})")
     n = len(samples) // block
     raw = samples[:n * block]
@@ -211,23 +215,27 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     return x.reshape(n, channels).mean(axis=1), int(rate)
 
 
-def resample(x: np.ndarray, rate_in: int, rate_out: int, zeros: int = 16) -> np.ndarray:
+def resample(x: np.ndarray, rate_in: int, rate_out: int, limit: int | None = None, zeros: int = 16) -> np.ndarray:
     """Band-limited resampling: a Hann-windowed sinc with `zeros` zero crossings each side, cut off at
-    the lower Nyquist frequency; output sample i sits at input time i * rate_in / rate_out."""
+    the lower Nyquist frequency; output sample i sits at input time i * rate_in / rate_out. Only the
+    first `limit` output samples are computed (what pad_or_trim keeps)."""
     if rate_in == rate_out:
         return x
     n_out = (len(x) * rate_out) // rate_in
+    n_out = n_out if limit is None else min(n_out, limit)
     ratio = min(1.0, rate_out / rate_in)
     half = zeros / ratio
+    width = 2 * int(math.ceil(half)) + 2
     out = np.zeros(n_out, dtype=np.float64)
-    for i in range(n_out):
-        t = i * rate_in / rate_out
-        lo, hi = max(int(math.ceil(t - half)), 0), min(int(math.floor(t + half)), len(x) - 1)
-        if hi < lo:
-            continue
-        d = np.arange(lo, hi + 1, dtype=np.float64) - t
+    for start in range(0, n_out, 4096):  # blocks of output samples: [block, width] taps at a time
+        i = np.arange(start, min(start + 4096, n_out), dtype=np.int64)
+        t = (i * rate_in) / rate_out
+        lo = np.ceil(t - half).astype(np.int64)
+        j = lo[:, None] + np.arange(width)
+        d = j - t[:, None]
+        keep = (j >= 0) & (j < len(x)) & (j <= np.floor(t + half)[:, None])
         w = ratio * np.sinc(ratio * d) * (0.5 + 0.5 * np.cos(np.pi * d / half))
-        out[i] = float(np.dot(w, x[lo:hi + 1]))
+        out[i] = np.where(keep, w * x[np.clip(j, 0, len(x) - 1)], 0.0).sum(axis=1)
     return out
 
 
@@ -280,7 +288,8 @@ def audio_steps(data: bytes, steps: list[dict[str, Any]]) -> np.ndarray:
         if op == "decode_wav":
             x, rate = decode_wav(data)
         elif op == "resample":
-            x, rate = resample(x, rate, int(step["sample_rate"])), int(step["sample_rate"])
+            kept = next((int(s["samples"]) for s in steps if s["op"] == "pad_or_trim"), None)
+            x, rate = resample(x, rate, int(step["sample_rate"]), kept), int(step["sample_rate"])
         elif op == "pad_or_trim":
             n = int(step["samples"])
             x = np.pad(x[:n], (0, max(0, n - len(x))))

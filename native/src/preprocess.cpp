@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 
 #include <jpeglib.h>
@@ -17,6 +18,10 @@ namespace {
 constexpr int kPrecisionBits = 32 - 8 - 2;  // Pillow's fixed point for 8-bit resampling
 
 // ---- decoding -------------------------------------------------------------------------------------
+bool too_large(int width, int height) {
+  return static_cast<uint64_t>(width) * static_cast<uint64_t>(height) > 178956970ULL;  // Pillow's bomb limit
+}
+
 struct PngReader {
   const std::string* bytes;
   size_t pos;
@@ -51,6 +56,10 @@ Failure decode_png(const std::string& bytes, Image& out) {
   png_read_update_info(png, info);
   out.width = static_cast<int>(png_get_image_width(png, info));
   out.height = static_cast<int>(png_get_image_height(png, info));
+  if (too_large(out.width, out.height)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return {2, "the image is too large: " + std::to_string(out.width) + " x " + std::to_string(out.height) + " pixels"};
+  }
   if (png_get_rowbytes(png, info) != static_cast<size_t>(out.width) * 3) {
     png_destroy_read_struct(&png, &info, nullptr);
     return {2, "cannot decode the image: unexpected PNG pixel layout"};
@@ -151,6 +160,11 @@ Failure decode_jpeg(const std::string& bytes, Image& out) {
   }
   const bool gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
   cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  if (too_large(static_cast<int>(cinfo.image_width), static_cast<int>(cinfo.image_height))) {
+    const std::string size = std::to_string(cinfo.image_width) + " x " + std::to_string(cinfo.image_height);
+    jpeg_destroy_decompress(&cinfo);
+    return {2, "the image is too large: " + size + " pixels"};
+  }
   jpeg_start_decompress(&cinfo);
   Image raw;
   raw.width = static_cast<int>(cinfo.output_width);
@@ -332,8 +346,9 @@ Failure decode_wav(const std::string& b, std::vector<double>& out, int& rate) {
     pos = body + size + (size & 1);
   }
   if (!have_fmt || !have_data) return {2, "WAV file has no fmt or data chunk"};
-  if (code == 0xFFFE && channels && (bits == 8 || bits == 16 || bits == 24 || bits == 32) && bits != 32) code = 1;
-  if (channels < 1 || rate < 1 || block != channels * ((bits + 7) / 8))
+  const bool known_bits = bits == 8 || bits == 16 || bits == 24 || bits == 32;
+  if (code == 0xFFFE && channels && known_bits && bits != 32) code = 1;
+  if (channels < 1 || rate < 1 || !known_bits || block != channels * bits / 8)
     return {2, "WAV header is inconsistent (" + std::to_string(channels) + " channels, " + std::to_string(bits) +
                    " bits, block " + std::to_string(block) + ")"};
   const bool pcm = code == 1, flt = (code == 3 || code == 0xFFFE) && bits == 32;
@@ -369,9 +384,10 @@ Failure decode_wav(const std::string& b, std::vector<double>& out, int& rate) {
   return {};
 }
 
-std::vector<double> resample(const std::vector<double>& x, int rate_in, int rate_out, int zeros = 16) {
+// `limit`: only the first output samples (what pad_or_trim keeps) are computed.
+std::vector<double> resample(const std::vector<double>& x, int rate_in, int rate_out, size_t limit, int zeros = 16) {
   if (rate_in == rate_out) return x;
-  const size_t n_out = static_cast<size_t>((static_cast<int64_t>(x.size()) * rate_out) / rate_in);
+  const size_t n_out = std::min(limit, static_cast<size_t>((static_cast<int64_t>(x.size()) * rate_out) / rate_in));
   const double ratio = std::min(1.0, static_cast<double>(rate_out) / rate_in), half = zeros / ratio;
   std::vector<double> out(n_out, 0.0);
   for (size_t i = 0; i < n_out; ++i) {
@@ -528,7 +544,10 @@ Failure audio_steps(const std::string& bytes, const json& steps, Array& out) {
     if (op == "decode_wav") {
       if (Failure f = decode_wav(bytes, x, rate)) return f;
     } else if (op == "resample") {
-      x = resample(x, rate, step.at("sample_rate"));
+      size_t kept = SIZE_MAX;
+      for (const auto& s : steps)
+        if (s.value("op", "") == "pad_or_trim") kept = s.at("samples").get<size_t>();
+      x = resample(x, rate, step.at("sample_rate"), kept);
       rate = step.at("sample_rate");
     } else if (op == "pad_or_trim") {
       x.resize(step.at("samples").get<size_t>(), 0.0);
