@@ -63,6 +63,7 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
             return entry.path
         say(f"index {a.name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
         staging = store.tmp_dir()
+        noun = "images" if a.image_steps is not None else "chunks"
         try:
             worker = [sys.executable, "-m", "deployc.runtime.embed_worker"]
             if a.image_steps is not None:  # one entry per image: its file name stands for its text
@@ -78,15 +79,15 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
                 worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
             env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
             stdout, stderr, code = _embed(worker + [str(staging / "texts.json"), str(staging / "vectors.npy")],
-                                          env, lambda line: say(f"index {a.name}: {line}"))
+                                          env, lambda line: say(f"index {a.name}: {line}"), noun)
             cache.log_dir.mkdir(parents=True, exist_ok=True)
             (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)
             if code != 0:
                 tail = " | ".join(stderr.strip().splitlines()[-3:])
                 raise BuildError(f"index {a.name}: embedding the corpus failed (exit {code}): {tail[:400]}")
-            rate = _rate(stdout)
+            rate = _rate(stdout, noun)
             if rate:
-                say(f"index {a.name}: {len(chunks)} chunks embedded at {rate}")
+                say(f"index {a.name}: {len(chunks)} {noun} embedded at {rate}")
             import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
 
             vectors = np.load(staging / "vectors.npy").astype("<f4")
@@ -104,7 +105,7 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
             raise
 
 
-def _embed(cmd: list[str], env: dict[str, str], progress: Say) -> tuple[str, str, int]:
+def _embed(cmd: list[str], env: dict[str, str], progress: Say, noun: str) -> tuple[str, str, int]:
     """Run the embed worker, passing its progress lines on as they come: (stdout, stderr, exit code)."""
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a full stderr pipe would block the worker
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
@@ -112,29 +113,29 @@ def _embed(cmd: list[str], env: dict[str, str], progress: Say) -> tuple[str, str
         lines = []
         for line in proc.stdout:
             lines.append(line)
-            if shown := progress_line(line):
+            if shown := progress_line(line, noun):
                 progress(shown)
         code = proc.wait()
         err.seek(0)
         return "".join(lines), err.read(), code
 
 
-def progress_line(line: str) -> str:
+def progress_line(line: str, noun: str = "chunks") -> str:
     """`progress 40 200` from the embed worker as `40/200 chunks (20%)`; "" for any other line."""
     words = line.split()
     if len(words) != 3 or words[0] != "progress" or not words[1].isdigit() or not words[2].isdigit():
         return ""
     done, total = int(words[1]), int(words[2])
-    return f"{done}/{total} chunks ({done * 100 // max(total, 1)}%)"
+    return f"{done}/{total} {noun} ({done * 100 // max(total, 1)}%)"
 
 
-def _rate(worker_stdout: str) -> str:
+def _rate(worker_stdout: str, noun: str = "chunks") -> str:
     """Chunks per second from the embed worker's last line (timed after loading the program)."""
     last = worker_stdout.strip().splitlines()[-1:] or [""]
     words = last[0].split()
     if len(words) != 4 or words[0] != "embedded" or float(words[3]) <= 0:
         return ""
-    return f"{int(words[1]) / float(words[3]):,.0f} chunks/s"
+    return f"{int(words[1]) / float(words[3]):,.0f} {noun}/s"
 
 
 def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
