@@ -267,13 +267,7 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
     backend = BACKENDS[unit.backend]
     assert isinstance(backend, LiteRT)
     at("lower")
-    import litert_torch
-
-    quant = backend.quant_config(unit.quantize.recipe)
-    try:
-        edge = litert_torch.convert(model.eval(), tuple(example), **({"quant_config": quant} if quant else {}))
-    except Exception as exc:  # the converter raises anything; name what it could not take
-        raise BuildError(f"litert-torch cannot convert the model: {_first_line(exc)}") from exc
+    edge = backend.convert(model, example, unit.quantize.recipe)
     lap("lower")
     at("serialize")
     tflite = staging / program_file("tflite")
@@ -295,7 +289,3 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
         measurement=measurement, durations_s=durations, delegates={}, delegated_ops=0, total_ops=0,
         delegated_share=0.0, non_delegated_ops=[])
 
-
-def _first_line(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:400] if text else type(exc).__name__

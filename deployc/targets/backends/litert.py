@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deployc.errors import BuildError
 from deployc.quantization import Recipe
 from deployc.targets.backends.base import Availability, BackendBase, modules_available
 
@@ -40,8 +41,8 @@ class LiteRT(BackendBase):
 
     def runs_here(self, env: Mapping[str, str]) -> Availability:
         found = modules_available(("ai_edge_litert",))  # the interpreter, without the converter
-        return found if found.usable else Availability(
-            usable=False, reason="the LiteRT interpreter (ai_edge_litert) is not installed: pip install 'deployc[litert]'")
+        why = "the LiteRT interpreter (ai_edge_litert) is not installed: pip install 'deployc[litert]'"
+        return found if found.usable else Availability(usable=False, reason=why)
 
     def check_options(self, options: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
         problems: list[tuple[str, str, str | None]] = []
@@ -68,6 +69,18 @@ class LiteRT(BackendBase):
         from litert_torch.generative.quantize import quant_recipes
 
         return getattr(quant_recipes, _RECIPES[recipe.scheme])()
+
+    def convert(self, model: Any, example: list[Any], recipe: Recipe) -> Any:
+        """The converted (and quantized) program, whose `export(path)` writes the .tflite; a BuildError
+        naming what the converter could not take (e.g. `Lowering not found: aten.i0.default`)."""
+        import litert_torch
+
+        quant = self.quant_config(recipe)
+        try:
+            return litert_torch.convert(model.eval(), tuple(example), **({"quant_config": quant} if quant else {}))
+        except Exception as exc:  # the converter raises anything; its first line names the op
+            text = f"{type(exc).__name__}: {exc}".strip()
+            raise BuildError(f"litert-torch cannot convert the model: {text.splitlines()[0][:400]}") from exc
 
 
 BACKEND = LiteRT(
