@@ -113,8 +113,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
     if r.spec.weights == "external" and not backend.external_weights:
         return None, "keeps its weights inside its delegate; the model asks for weights: external"
-    if backend.format == "tflite" and (r.spec.methods or r.spec.constants):
-        return None, "converts one signature (forward); the model declares further methods or constants"
+    if not backend.multi_method and (r.spec.methods or r.spec.constants):
+        return None, "builds one method (forward); the model declares further methods or constants"
     if backend.static_shapes_only and r.dynamic_dims:
         why = f" ({backend.static_shapes_reason})" if backend.static_shapes_reason else ""
         return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "

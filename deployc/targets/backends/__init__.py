@@ -23,6 +23,7 @@ class Backend(Protocol):
     partitioners: tuple[str, ...]
     static_shapes_only: bool
     format: str  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
+    multi_method: bool
 
     @property
     def schemes(self) -> frozenset[str]: ...

@@ -75,6 +75,7 @@ class BackendBase:
     not_run_here: str = ""  # why this host's executorch.runtime cannot execute its programs ("": it can)
     external_weights: bool = False  # can put its weights in a .ptd data file (ExecuTorch named data)
     format: str = "pte"  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
+    multi_method: bool = True  # builds further methods and constant methods into one program
 
     @property
     def schemes(self) -> frozenset[str]:

@@ -86,4 +86,4 @@ class LiteRT(BackendBase):
 BACKEND = LiteRT(
     name="litert", methods={"fp32": "none", "fp16": "converter", "8da8w": "converter", "8w": "converter"},
     modules=("litert_torch", "ai_edge_litert"), partitioners=("litert_torch.convert",), static_shapes_only=True,
-    static_shapes_reason="litert-torch 0.10 cannot export dynamic dims", format="tflite")
+    static_shapes_reason="litert-torch 0.10 cannot export dynamic dims", format="tflite", multi_method=False)
