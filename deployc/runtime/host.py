@@ -36,7 +36,7 @@ def load_program(path: Path, data_path: Path | None = None) -> Any:
 def load_any(path: Path, data_path: Path | None = None) -> Any:
     """An ExecuTorch .pte, or a LiteRT .tflite (the same load_method interface)."""
     if Path(path).suffix == ".tflite":
-        from deployc.runtime.litert_host import load_litert
+        from deployc.runtime.litert_host import LiteRTProgram
 
-        return load_litert(Path(path))
+        return LiteRTProgram(Path(path))
     return load_program(path, data_path)

@@ -49,7 +49,3 @@ class LiteRTProgram:
         if signature not in signatures:
             raise RuntimeError(f"the .tflite has no signature {signature!r} (it has {', '.join(signatures)})")
         return LiteRTMethod(self._interpreter, signature)
-
-
-def load_litert(path: Path) -> LiteRTProgram:
-    return LiteRTProgram(path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import math
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -300,10 +299,3 @@ def audio_steps(data: bytes, steps: list[dict[str, Any]]) -> np.ndarray:
         else:
             raise PreprocessError(f"unknown audio step {op!r} (a bundle from a newer deployc?)")
     return np.ascontiguousarray(x[None].astype(np.float32))
-
-
-def read_input(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise PreprocessError(f"cannot read {path}: {exc.strerror or exc}") from exc
