@@ -1,3 +1,3 @@
-from deployc.cli import entry
+from deployc.launch import entry
 
 entry()

@@ -68,9 +68,12 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
             not_written[t.profile] = f"{len(failed)} unit(s) failed: " + ", ".join(u.unit.model for u in failed)
             continue
         folder, archive = out / t.bundle.dir, out / t.bundle.archive
-        if t.profile in unchanged and intact(folder, archive):
-            bundles[t.profile] = BundleResult(dir=str(folder), archive=str(archive))
-            continue
+        if t.profile in unchanged:
+            if intact(folder, archive):
+                bundles[t.profile] = BundleResult(dir=str(folder), archive=str(archive))
+                continue
+            warn(f"release {t.profile} in {folder} no longer matches its lock (a file or the archive was changed "
+                 "or removed); writing it again")
         from deployc.packaging.assets import build_assets  # packaging imports flatbuffers (and numpy)
         from deployc.packaging.bundle import write_bundle
 

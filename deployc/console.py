@@ -61,6 +61,8 @@ class _LiveBuild:
         self.live = Live(Group(self.rows, self.overall), console=console, refresh_per_second=8)
 
     def __call__(self, e: Event) -> None:
+        if not self.live.is_started:  # drawn from the first event: a build with nothing to do draws nothing
+            self.live.start()
         if e.label not in self.tasks:
             self.tasks[e.label] = self.rows.add_task(e.label, total=1, start=False, step="waiting")
             self.overall.update(self.total, total=len(self.tasks))
@@ -123,5 +125,8 @@ class Console:
             yield plain
             return
         live = _LiveBuild(self.err)
-        with live.live:
+        try:
             yield live
+        finally:
+            if live.live.is_started:
+                live.live.stop()

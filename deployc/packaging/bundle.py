@@ -29,6 +29,7 @@ from deployc.packaging.assets import Asset
 from deployc.packaging.runtime_config import normalize
 from deployc.pipeline.config import PipelineConfig
 from deployc.plan import BuildPlan, TargetPlan
+from deployc.release import intact
 from deployc.results import BundleResult, UnitResult, Verification
 from deployc.self_test import SELF_TEST_FILE
 
@@ -205,7 +206,7 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
                 f"different content ({', '.join(conflict)})",
                 "bump the version, or pass --force to overwrite it")])
         fault_point("package-staged")
-        if conflict == [] and archive.is_file():
+        if conflict == [] and intact(final, archive):
             shutil.rmtree(staging)  # the same release again: leave the published bytes untouched
         else:
             write_archive(staging, target.profile, archive)

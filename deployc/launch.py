@@ -1,0 +1,23 @@
+"""The `deployc` command: answer from a stamp when an identical earlier run still holds, else run the
+CLI and stamp the run (deployc/stamp.py). Kept apart from cli.py so the fast path imports nothing heavy."""
+
+from __future__ import annotations
+
+import sys
+
+from deployc import stamp
+
+
+def entry() -> None:
+    argv = sys.argv[1:]
+    replayed = stamp.replay(argv)
+    if replayed is not None:
+        sys.exit(replayed)
+    from deployc.cli import main
+
+    if not (stamp.enabled() and stamp.eligible(argv)):
+        sys.exit(main(argv))
+    with stamp.Recorder(argv) as recorder:
+        code = main(argv)
+    recorder.finish(code)
+    sys.exit(code)
