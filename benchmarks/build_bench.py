@@ -133,11 +133,12 @@ def run(cmd: list[str], cwd: Path, stamped: bool = False) -> tuple[float, float,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     _, err = proc.communicate()
+    wall = time.perf_counter() - t  # before joining the sampler, whose 0.1 s naps are not the command's
     done.set()
     sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return time.perf_counter() - t, peak / 1024, largest / 1024
+    return wall, peak / 1024, largest / 1024
 
 
 def main() -> None:
