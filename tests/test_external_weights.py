@@ -133,13 +133,18 @@ models:
     source: {{factory: "models.tied:build", kwargs: {{tie: {str(tie).lower()}}}}}
     inputs: {{tokens: {{shape: [1, 8], dtype: int64, range: [0, 3999]}}}}
     weights: {weights}
-""" for name, tie, weights in [("tied_in", True, "embedded"), ("tied_ext", True, "external"),
-                               ("untied_ext", False, "external")])
+    quantization: {quant}
+""" for name, tie, weights, quant in [
+    ("tied_in", True, "embedded", "fp32"), ("tied_ext", True, "external", "fp32"),
+    ("untied_ext", False, "external", "fp32"),
+    ("tied_8da4w", True, "external", "8da4w"), ("untied_8da4w", False, "external", "8da4w"),
+    ("tied_8da8w", True, "external", "8da8w"), ("untied_8da8w", False, "external", "8da8w")])
 
 
-def test_tied_input_output_weights_are_stored_once_outside_the_program(tmp_path: Path) -> None:
-    """fp32, weights: external: a tied 4000x64 table (1,024,000 B) is stored once in the .ptd; inside
-    a .pte it is stored twice (the embedding's constant and XNNPACK's copy for the output layer)."""
+def test_tied_input_output_weights_are_stored_once_outside_the_program(tmp_path: Path, runner: Path) -> None:
+    """weights: external: a tied 4000x64 table is stored once in the .ptd, in fp32 (1,024,000 B), int8
+    and int4; inside a .pte it is stored twice (the embedding's constant and XNNPACK's copy for the
+    output layer)."""
     manifest = make_project(tmp_path / "project", TIED, "tied.yaml")
     (manifest.parent / "models" / "tied.py").write_text(TIED_MODEL)
     result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
@@ -150,3 +155,17 @@ def test_tied_input_output_weights_are_stored_once_outside_the_program(tmp_path:
     tied, untied, inside = ((b / "tied_ext.ptd").stat().st_size, (b / "untied_ext.ptd").stat().st_size,
                             (b / "tied_in.pte").stat().st_size)
     assert table < tied < 1.05 * table and 2 * table < untied < 2.05 * table and inside > 2 * table
+    # Quantized, the table is stored once too: int4 in groups of 32 (128,000 B; the embedding kernel's
+    # fp32 group scales and XNNPACK's bf16 ones are not shared: 48,000 B), int8 per row (256,000 B).
+    # Every XNNPACK weight is in the data file: each .pte keeps only its graph.
+    sizes = {name: ((b / f"{name}.pte").stat().st_size, (b / f"{name}.ptd").stat().st_size)
+             for name in ("tied_8da4w", "untied_8da4w", "tied_8da8w", "untied_8da8w")}
+    int4, int8 = 4000 * 64 // 2, 4000 * 64
+    assert int4 < sizes["tied_8da4w"][1] - 48_000 < 1.1 * int4, sizes
+    assert 2 * int4 < sizes["untied_8da4w"][1] - 48_000 < 2.2 * int4, sizes
+    assert int8 < sizes["tied_8da8w"][1] < 1.15 * int8, sizes
+    assert 2 * int8 < sizes["untied_8da8w"][1] < 2.2 * int8, sizes
+    assert all(pte < 20_000 for pte, _ in sizes.values()), sizes
+    native = subprocess.run([str(runner), str(b), "--self-test"], capture_output=True, text=True, timeout=300)
+    assert native.returncode == 0, native.stderr[-2000:]  # the pair-swapped embedding runs natively too
+    assert [r["status"] for r in json.loads(native.stdout)["programs"]] == ["passed"] * 7

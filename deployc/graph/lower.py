@@ -18,12 +18,21 @@ WEIGHTS_TAG = "weights"  # every external tensor goes to one data file, weights.
 def tag_external_weights(program: torch.export.ExportedProgram) -> None:
     """Mark every parameter, buffer and lifted constant for the data file: delegates (XNNPACK) read the
     tag from the placeholder's custom meta when they serialize their weights; to_executorch's
-    external_constants moves the non-delegated ones."""
+    external_constants moves the non-delegated ones. Nodes computed from constants alone are marked
+    too: for a quantized weight XNNPACK reads the tag from the dequantize node it serializes, not the
+    placeholder, and without it the int8/int4 weights stayed inside the .pte (measured: 589 KB left in
+    a .pte of an 8da4w model, 3 KB with the chain marked)."""
     sig = program.graph_signature
     names = {*sig.inputs_to_parameters, *sig.inputs_to_buffers, *sig.inputs_to_lifted_tensor_constants}
-    for node in program.graph.nodes:
+    constant: set[torch.fx.Node] = set()
+    for node in program.graph.nodes:  # in graph order: a node's inputs come before it
         if node.op == "placeholder" and node.name in names:
-            node.meta.setdefault("custom", {})["delegate_constant_tag"] = WEIGHTS_TAG
+            constant.add(node)
+        elif node.op == "call_function" and node.all_input_nodes and all(a in constant for a in node.all_input_nodes):
+            constant.add(node)
+        else:
+            continue
+        node.meta.setdefault("custom", {})["delegate_constant_tag"] = WEIGHTS_TAG
 
 
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,

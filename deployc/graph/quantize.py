@@ -52,6 +52,44 @@ def quantize_embeddings(model: torch.nn.Module, config: Any, group_size: int | N
     return skipped
 
 
+class PairSwappedEmbedding(torch.nn.Module):
+    """An embedding that keeps its table with each pair of columns swapped and swaps its output back.
+
+    Why: ExecuTorch's 4-bit embedding kernel packs column 2k into a byte's high nibble and XNNPACK's
+    4-bit linear packs it into the low one. A table tied to the output layer therefore quantizes to
+    the same int4 values but to other bytes, and is stored twice. With its pairs swapped, the
+    embedding's packed table is byte for byte what XNNPACK stores for the output layer, and the
+    external data file (which keys tensors by sha256) keeps it once. The output is unchanged."""
+
+    def __init__(self, embedding: torch.nn.Embedding) -> None:
+        super().__init__()
+        n, d = embedding.weight.shape
+        self.table = torch.nn.Embedding(n, d)
+        swapped = embedding.weight.detach().reshape(n, d // 2, 2).flip(-1).reshape(n, d)
+        self.table.weight = torch.nn.Parameter(swapped.contiguous(), requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.table(ids)
+        return out.reshape(*out.shape[:-1], out.shape[-1] // 2, 2).flip(-1).reshape(out.shape)
+
+
+def tied_embeddings(model: torch.nn.Module, group_size: int) -> list[str]:
+    """Embedding tables that are also a linear layer's weight (tie_word_embeddings) and quantize in
+    groups of `group_size`. Found before the linears are quantized: that gives the linear a weight of
+    its own."""
+    linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return [name for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
+            and id(m.weight) in linear_weights and m.embedding_dim % group_size == 0 and group_size % 2 == 0]
+
+
+def share_tied_int4_tables(model: torch.nn.Module, names: list[str]) -> None:
+    """Replace each named embedding with its PairSwappedEmbedding (before the embeddings are quantized)."""
+    for name in names:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, attr, PairSwappedEmbedding(getattr(parent, attr)))
+
+
 def _floating(node: Any, model: torch.fx.GraphModule) -> bool:
     """Whether a graph value is a floating-point tensor (unknown values count as floating). Lifted
     constants (get_attr) carry no value in their metadata: their tensor is looked up."""

@@ -140,6 +140,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         calibration_samples,
         pt2e_quantize,
         quantize_embeddings,
+        share_tied_int4_tables,
+        tied_embeddings,
         torchao_quantize,
     )
     from deployc.graph.verify import output_facts, verify
@@ -199,8 +201,12 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
+        # Only a data file shares bytes between the embedding kernel's table and XNNPACK's weights.
+        tied = (tied_embeddings(model, recipe.group_size)
+                if recipe.embedding_bits == 4 and recipe.group_size and unit.serialize.external_weights else [])
         model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size)
         if recipe.embedding_bits:
+            share_tied_int4_tables(model, tied)
             group = recipe.group_size if recipe.embedding_bits == 4 else None
             quantize_embeddings(model, backend.embedding_quantizer(recipe), group)
         lap("quantize")
