@@ -13,11 +13,13 @@ def entry() -> None:
     replayed = stamp.replay(argv)
     if replayed is not None:
         sys.exit(replayed)
-    from deployc.cli import main
-
     if not (stamp.enabled() and stamp.eligible(argv)):
+        from deployc.cli import main
+
         sys.exit(main(argv))
     with stamp.Recorder(argv) as recorder:
+        from deployc.cli import main  # inside: what importing it reads or prints is part of the run
+
         code = main(argv)
     recorder.finish(code)
     sys.exit(code)

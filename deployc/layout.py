@@ -3,6 +3,8 @@ bundle path, used by the planner, packaging, inspection and the host runtime."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 RUNTIME_JSON = "runtime.json"
 RUNTIME_BIN = "runtime.bin"
 LOCK_FILE = "bundle.lock.json"
@@ -43,6 +45,15 @@ def bundle_dir(name: str, version: str, profile: str) -> str:
 
 def archive_file(name: str, version: str, profile: str) -> str:
     return f"{release_dir(name, version)}/{name}-{version}-{profile}.tar.gz"
+
+
+OUT_STATE_DIR = ".deployc-locks"  # deployc's own bookkeeping in an output directory: file locks, compared releases
+
+
+def compared_file(archive: str) -> str:
+    """Where `build` notes that it rebuilt a release with newer tools and found the same bytes (relative to
+    the output directory): the next build with those tools treats the release as unchanged."""
+    return f"{OUT_STATE_DIR}/{Path(archive).name.removesuffix('.tar.gz')}.compared.json"
 
 
 def self_test_file(model: str) -> str:

@@ -53,10 +53,25 @@ def _predicted_changes(target: TargetPlan, lock: dict[str, Any]) -> list[str]:
 
 
 def release_status(plan: BuildPlan, out_dir: Path) -> list[ReleaseStatus]:
-    return [_status(plan, t, out_dir / t.bundle.dir) for t in plan.targets]
+    return [_status(plan, t, out_dir) for t in plan.targets]
 
 
-def _status(plan: BuildPlan, t: TargetPlan, folder: Path) -> ReleaseStatus:
+def comparison(plan: BuildPlan, folder: Path) -> dict[str, Any]:
+    """What `compared_file` records: this lock, found byte-identical to a build with these tools."""
+    return {"lock_sha256": file_sha256(folder / layout.LOCK_FILE), "tools": plan.toolchain.versions,
+            "code": plan.toolchain.code}
+
+
+def _compared(plan: BuildPlan, t: TargetPlan, out_dir: Path) -> bool:
+    try:
+        noted = json.loads((out_dir / layout.compared_file(t.bundle.archive)).read_text())
+        return bool(noted == comparison(plan, out_dir / t.bundle.dir))
+    except (OSError, ValueError):
+        return False
+
+
+def _status(plan: BuildPlan, t: TargetPlan, out_dir: Path) -> ReleaseStatus:
+    folder = out_dir / t.bundle.dir
     status = ReleaseStatus(target=t.target, profile=t.profile, state="new", dir=str(folder))
     if not folder.exists():
         return status
@@ -65,7 +80,10 @@ def _status(plan: BuildPlan, t: TargetPlan, folder: Path) -> ReleaseStatus:
         return status.model_copy(update={"state": "unknown"})
     if lock["bundle_key"] != t.bundle.bundle_key:
         return status.model_copy(update={"state": "changed", "files": _predicted_changes(t, lock)})
-    if lock.get("tools") != plan.toolchain.versions or lock.get("code") != plan.toolchain.code:
+    tools_changed = lock.get("tools") != plan.toolchain.versions or lock.get("code") != plan.toolchain.code
+    # A release rebuilt once with these tools, same bytes, stays as published (its lock names the tools
+    # that made it): later builds with them need not compare again.
+    if tools_changed and not _compared(plan, t, out_dir):
         return status.model_copy(update={"state": "tools-changed"})
     return status.model_copy(update={"state": "unchanged"})
 

@@ -57,13 +57,19 @@ def enabled() -> bool:
     return os.environ.get("DEPLOYC_STAMP", "on") != "off"
 
 
-def stamp_dir() -> str:
-    """Where stamps are kept: beside deployc's hash records in the local cache (no pathlib: start-up cost)."""
+def local_cache() -> str:
+    """cache_paths.local_root(cache_spec(None)) for a local cache, without importing it (it loads
+    pydantic): $DEPLOYC_CACHE_DIR, else ~/.cache/deployc. A URL there makes no run eligible."""
     spec = os.environ.get("DEPLOYC_CACHE_DIR") or ""
     if spec and "://" not in spec:
-        return os.path.join(os.path.abspath(spec), "stamps")
+        return os.path.abspath(spec)
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(home, "deployc", "stamps")
+    return os.path.abspath(os.path.join(home, "deployc"))
+
+
+def stamp_dir() -> str:
+    """Where stamps are kept: beside deployc's hash records in the local cache."""
+    return os.path.join(local_cache(), "stamps")
 
 
 def eligible(argv: list[str]) -> bool:
@@ -256,10 +262,8 @@ class Recorder:
         self.observed: dict[str, Snapshot] = {}
         self.listed: dict[str, Snapshot] = {}
         self.stamps = stamp_dir()
-        from deployc.cache_paths import cache_spec, local_root  # the slow path: its imports are due anyway
-
         # deployc's sha256 records of large files: derived from files the run stats, so not inputs themselves
-        self.side_records = str((local_root(cache_spec(None)) / "hashes").absolute())
+        self.side_records = os.path.join(local_cache(), "hashes")
         self.writes: set[str] = set()
         self.printed: list[tuple[int, str]] = []
         self.refused: str | None = None

@@ -15,7 +15,8 @@ from deployc.errors import ManifestError, PlanChanged, UserError
 from deployc.plan import load_plan, save_plan
 from deployc.planner import make_plan
 from deployc.project import load_project
-from deployc.release import release_status
+from deployc import layout
+from deployc.release import comparison, release_status
 from deployc.toolchain import detect
 
 
@@ -108,6 +109,14 @@ def test_release_status_before_anything_is_lowered(tiny: Path, tmp_path: Path) -
     _release(plan, tmp_path / "b", same)
     assert [s.state for s in release_status(plan, tmp_path / "b")] == ["unchanged"]
     _release(plan, tmp_path / "c", {**same, "tools": {**same["tools"], "torch": "0.1"}})
+    assert [s.state for s in release_status(plan, tmp_path / "c")] == ["tools-changed"]
+    # Rebuilt once with these tools and found byte-identical: unchanged from then on, until the lock or
+    # the tools differ from what the note says.
+    noted = tmp_path / "c" / layout.compared_file(t.bundle.archive)
+    noted.parent.mkdir()
+    noted.write_text(json.dumps(comparison(plan, tmp_path / "c" / t.bundle.dir)))
+    assert [s.state for s in release_status(plan, tmp_path / "c")] == ["unchanged"]
+    noted.write_text(json.dumps({**comparison(plan, tmp_path / "c" / t.bundle.dir), "tools": {"torch": "9"}}))
     assert [s.state for s in release_status(plan, tmp_path / "c")] == ["tools-changed"]
     _release(plan, tmp_path / "d", {"files": {}})
     assert [s.state for s in release_status(plan, tmp_path / "d")] == ["unknown"]

@@ -198,3 +198,41 @@ def test_the_fast_path_imports_nothing_heavy() -> None:
             "'torch') or (m.startswith('deployc') and m not in ('deployc', 'deployc.launch', 'deployc.stamp'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_stamps_and_hash_records_are_where_the_cache_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from deployc import stamp
+    from deployc.cache_paths import cache_spec, local_root
+
+    for env in ({"DEPLOYC_CACHE_DIR": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path / "x")}, {}):
+        for name in ("DEPLOYC_CACHE_DIR", "XDG_CACHE_HOME"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert stamp.local_cache() == str(local_root(cache_spec(None)).absolute())
+
+
+def test_a_release_made_by_other_tools_is_compared_once(copy: Path) -> None:
+    """After a deployc or torch upgrade a release's lock names the old tools: the first build stages it again
+    and finds the same bytes (leaving them as published); later no-op builds skip that and are replayed."""
+    import json
+
+    project, home = copy / "project", copy / "home"
+    args = ("build", "tiny.yaml", "--out", str(copy / "dist"), "--cache-dir", str(copy / "programs"))
+    lock_file = copy / "dist" / "tiny" / "0.1.0" / "arduino_q" / "bundle.lock.json"
+    lock = json.loads(lock_file.read_text())
+    lock_file.write_text(json.dumps({**lock, "tools": {**lock["tools"], "torch": "2.12.0"}}, indent=2))
+    before = lock_file.read_bytes()
+    settle()
+    plan = deployc("plan", "tiny.yaml", "--dist", str(copy / "dist"), "--cache-dir", str(copy / "programs"),
+                   cwd=project, cache=home)
+    assert "release arduino_q: tools-changed" in plan.out
+    first = deployc(*args, cwd=project, cache=home)
+    assert first.code == 0 and lock_file.read_bytes() == before, first.err  # same bytes: left as published
+    assert (copy / "dist" / ".deployc-locks" / "tiny-0.1.0-arduino_q.compared.json").is_file()
+    settle()
+    second, third = deployc(*args, cwd=project, cache=home), deployc(*args, cwd=project, cache=home)
+    assert second.code == 0 and not second.replayed and third.replayed  # nothing staged: stamped
+    plan = deployc("plan", "tiny.yaml", "--dist", str(copy / "dist"), "--cache-dir", str(copy / "programs"),
+                   cwd=project, cache=home)
+    assert "release arduino_q: unchanged" in plan.out

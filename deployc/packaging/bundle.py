@@ -29,7 +29,7 @@ from deployc.packaging.assets import Asset
 from deployc.packaging.runtime_config import normalize
 from deployc.pipeline.config import PipelineConfig
 from deployc.plan import BuildPlan, TargetPlan
-from deployc.release import intact
+from deployc.release import comparison, intact
 from deployc.results import BundleResult, UnitResult, Verification
 from deployc.self_test import SELF_TEST_FILE
 
@@ -124,7 +124,7 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
     final, archive = out_dir / target.bundle.dir, out_dir / target.bundle.archive
     release = final.parent
     release.mkdir(parents=True, exist_ok=True)
-    locks = out_dir / ".deployc-locks"
+    locks = out_dir / layout.OUT_STATE_DIR
     locks.mkdir(exist_ok=True)
     # One writer per release target at a time; under the lock, temp dirs of killed writers are garbage.
     with FileLock(str(locks / f"{archive.name.removesuffix('.tar.gz')}.lock")):
@@ -208,6 +208,7 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
         fault_point("package-staged")
         if conflict == [] and intact(final, archive):
             shutil.rmtree(staging)  # the same release again: leave the published bytes untouched
+            _note_comparison(plan, out_dir, target)
         else:
             write_archive(staging, target.profile, archive)
             fault_point("package-archived")
@@ -216,6 +217,16 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return BundleResult(dir=str(final), archive=str(archive))
+
+
+def _note_comparison(plan: BuildPlan, out_dir: Path, target: TargetPlan) -> None:
+    """Remember that these tools made this release's bytes again, so the next no-op build skips packaging."""
+    noted = out_dir / layout.compared_file(target.bundle.archive)
+    content = json.dumps(comparison(plan, out_dir / target.bundle.dir), sort_keys=True)
+    if not noted.is_file() or noted.read_text() != content:
+        tmp = noted.with_name(f".{noted.name}.{os.getpid()}.tmp")
+        tmp.write_text(content)
+        os.replace(tmp, noted)
 
 
 def _replace_dir(staging: Path, final: Path) -> None:
