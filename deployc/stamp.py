@@ -146,7 +146,12 @@ def listing(path: str, hidden: str | None = None) -> Snapshot:
 
 
 def _hidden_in(path: str, output: str | None) -> str | None:
-    return os.path.basename(output) if output is not None and os.path.dirname(output) == path else None
+    """The name in folder `path` that leads to the declared output (the file itself, or a folder the
+    command made for it): left out of the folder's listing, or the run that creates it never matches."""
+    if output is None:
+        return None
+    rel = os.path.relpath(output, path)
+    return None if rel == os.curdir or rel.startswith(os.pardir) else rel.split(os.sep, 1)[0]
 
 
 def replay(argv: list[str]) -> int | None:

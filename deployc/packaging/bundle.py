@@ -220,7 +220,11 @@ def _write_locked(plan: BuildPlan, target: TargetPlan, results: list[UnitResult]
 
 
 def _note_comparison(plan: BuildPlan, out_dir: Path, target: TargetPlan) -> None:
-    """Remember that these tools made this release's bytes again, so the next no-op build skips packaging."""
+    """Remember that these tools made the bytes of a release other tools made, so the next no-op build
+    skips packaging. A release these very tools made needs no note (its lock says so)."""
+    lock = json.loads((out_dir / target.bundle.dir / LOCK_FILE).read_text())
+    if lock.get("tools") == plan.toolchain.versions and lock.get("code") == plan.toolchain.code:
+        return
     noted = out_dir / layout.compared_file(target.bundle.archive)
     content = json.dumps(comparison(plan, out_dir / target.bundle.dir), sort_keys=True)
     if not noted.is_file() or noted.read_text() != content:
