@@ -193,11 +193,20 @@ def _write_output(path: str, content: str) -> None:
                 return
     except (OSError, UnicodeDecodeError):
         pass
+    _write_atomically(path, content)
+
+
+def _write_atomically(path: str, content: str) -> None:
+    """Through a temp file renamed into place: a reader never sees half of it; the temp never stays."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write(content)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 class _Tee:
@@ -277,8 +286,11 @@ class Recorder:
         self._tees: tuple[_Tee, _Tee] | None = None
         self._streams: tuple[TextIO, TextIO] | None = None
 
+    def _ignored(self, path: str) -> bool:
+        return path.startswith((self.stamps, self.side_records, *VIRTUAL))
+
     def observe(self, path: str | None) -> None:
-        if path is None or path in self.observed or path.startswith((self.stamps, self.side_records, *VIRTUAL)):
+        if path is None or path in self.observed or self._ignored(path):
             return
         self.observed[path] = snapshot(path, self._stat)
         source = _source_of(path)
@@ -286,7 +298,7 @@ class Recorder:
             self.observe(source)
 
     def list(self, path: str | None) -> None:
-        if path is None or path in self.listed or path.startswith((self.stamps, self.side_records, *VIRTUAL)):
+        if path is None or path in self.listed or self._ignored(path):
             return
         self.listed[path] = None  # our own listing below raises this audit event again
         self.listed[path] = listing(path, _hidden_in(path, self.output))
@@ -345,16 +357,7 @@ class Recorder:
             data = self._stamp(code)
             if data is None:
                 return
-            path = _stamp_path(self.key)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            _write_atomically(_stamp_path(self.key), json.dumps(data))
         except (OSError, ValueError):  # a read-only or full cache: the next run just runs
             return
 
