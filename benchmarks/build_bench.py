@@ -5,8 +5,7 @@
 Measures (each a fresh process, fresh cache unless stated):
   1. hand-written script vs `deployc build` on the same model and steps (load, 8da8w, export, lower,
      serialize, verify at 3 points through executorch.runtime): wall time and peak RSS of the process tree;
-  2. cold build vs no-op rebuild (same cache): in full (DEPLOYC_STAMP=off) and answered from its stamp
-     (the same command again a second or more later, nothing it looked at changed; docs/build.md);
+  2. cold build vs no-op rebuild (same cache);
   3. `--jobs 2` vs `--jobs 1` on 4 independent programs.
 Prints a table of ratios with their targets. Timings on a shared 2-core machine are noisy: rerun.
 """
@@ -111,14 +110,12 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(cmd: list[str], cwd: Path, stamped: bool = False) -> tuple[float, float, float]:
+def run(cmd: list[str], cwd: Path) -> tuple[float, float, float]:
     """(wall seconds, peak RSS of the process tree in MiB, peak RSS of its largest process in MiB)."""
     t = time.perf_counter()
     # Byte-compiled modules, as an installed deployc has them (some CI images set PYTHONDONTWRITEBYTECODE,
     # which recompiles deployc's ~100 modules on every start: 40 ms of a no-op rebuild).
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "DEPLOYC_STAMP")}
-    if not stamped:
-        env["DEPLOYC_STAMP"] = "off"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     peak = largest = 0
     done = threading.Event()
@@ -157,9 +154,6 @@ def main() -> None:
                                          work)
         noop = [*deployc, "bench.yaml", "--cache-dir", "c1", "--out", "o1", "--jobs", "1"]
         noop_s = statistics.median(run(noop, work)[0] for _ in range(5))
-        time.sleep(1.1)  # a stamp does not trust files written less than a second before its run
-        run(noop, work, stamped=True)  # writes the stamp
-        stamped_s = statistics.median(run(noop, work, stamped=True)[0] for _ in range(5))
         cpu_before_j1 = cpu_seconds()
         j1_s, _, _ = run([*deployc, "parallel.yaml", "--cache-dir", "c2", "--out", "o2", "--jobs", "1"], work)
         busy = (cpu_seconds() - cpu_before_j1) / j1_s  # cores kept busy by one job: XNNPACK and the verifier
@@ -172,9 +166,7 @@ def main() -> None:
 
     rows = [
         ("deployc build / hand-written script (wall)", f"{cold_s:.1f} s / {hand_s:.1f} s", cold_s / hand_s, "<= 1.05x"),
-        ("cold build / no-op rebuild, full (wall)", f"{cold_s:.1f} s / {noop_s:.2f} s", cold_s / noop_s, ">= 50x"),
-        ("cold build / no-op rebuild, stamped (wall)", f"{cold_s:.1f} s / {stamped_s:.3f} s", cold_s / stamped_s,
-         ">= 50x"),
+        ("cold build / no-op rebuild (wall)", f"{cold_s:.1f} s / {noop_s:.2f} s", cold_s / noop_s, ">= 50x"),
         ("--jobs 1 / --jobs 2, 4 programs (wall)", f"{j1_s:.1f} s / {j2_s:.1f} s", j1_s / j2_s, ">= 1.7x"),
         ("  ceiling: cores / cores busy with --jobs 1", f"{os.cpu_count()} / {busy:.2f}", (os.cpu_count() or 1) / busy,
          "(no schedule beats it)"),

@@ -1,3 +1,5 @@
-from deployc.launch import entry
+import sys
 
-entry()
+from deployc.cli import main
+
+sys.exit(main())

@@ -421,3 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         console.error_lines([f"internal error: {type(exc).__name__}: {exc}",
                              "    hint: rerun with --debug for the traceback, and please report it"])
         return 3
+
+
+def entry() -> None:
+    """The `deployc` console script."""
+    sys.exit(main())

@@ -19,7 +19,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("deployc", "deployc.errors", "deployc.fingerprint", "deployc.sizes", "deployc.faults",
               "deployc.yaml_io", "deployc.schema_base", "deployc.schema_errors", "deployc.quantization",
               "deployc.layout", "deployc.events", "deployc.captured", "deployc.pte", "deployc.console",
-              "deployc.cache_paths", "deployc.hashes", "deployc.self_test", "deployc.tflite", "deployc.stamp")),
+              "deployc.cache_paths", "deployc.hashes", "deployc.self_test", "deployc.tflite")),
     ("load", ("deployc.manifest", "deployc.pipeline", "deployc.targets", "deployc.sources", "deployc.project",
               "deployc.schemas", "deployc.huggingface", "deployc.starter")),
     ("resolve", ("deployc.resolve",)),
@@ -29,7 +29,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("package", ("deployc.packaging",)),
     ("apply", ("deployc.apply", "deployc.reproducibility")),
     ("run", ("deployc.runtime", "deployc.native_build")),
-    ("cli", ("deployc.cli", "deployc.views", "deployc.launch", "deployc.__main__")),
+    ("cli", ("deployc.cli", "deployc.views", "deployc.__main__")),
 ]
 
 
