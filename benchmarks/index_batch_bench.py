@@ -102,9 +102,9 @@ def main() -> int:
     import numpy as np
     import torch
 
+    from deployc.graph.host_runtime import load_program
     from deployc.packaging.corpus import chunk_corpus
-    from deployc.runtime.host import load_program
-    from deployc.runtime.tokenizer import encode, load_tokenizer
+    from deployc.pipeline.host.tokenizers import encode, load_tokenizer
 
     sys.path.insert(0, str(ROOT / "manifests"))
     from models.minilm import tokenizer_path

@@ -8,7 +8,7 @@ forward method loaded (XNNPACK packs its weights here), first = the first call o
 smallest declared input). raw: `executorch.runtime.Runtime.get().load_program(path)` (with
 `executorch.kernels.quantized` imported: without it a program with quantized embedding tables does not
 load). deployc:
-`deployc.runtime.host.load_program`, what `deployc run` and the build's verifier use.
+`deployc.graph.host_runtime.load_program`, what `deployc run` and the build's verifier use.
 
 Then the same for the native runner (built by `deployc native build`), as whole processes: the anchor is
 `deployc-runner --raw PROGRAM.pte` (a bare ExecuTorch Module: mmap, load, one call), against
@@ -43,7 +43,7 @@ if kind == "raw":
     method = runtime.load_program(path).load_method("forward")
     call = lambda xs: method.execute(xs)
 else:
-    from deployc.runtime import host
+    from deployc.graph import host_runtime as host
     from deployc.targets.backends import qnn_host  # noqa: F401
     host._c()  # the extension and the quantized kernels: imports, not loading
     load_program = host.load_program

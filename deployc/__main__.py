@@ -1,5 +1,5 @@
 import sys
 
-from deployc.cli import main
+from deployc.cli.app import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deployc.cli import main
+from deployc.cli.app import main
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,6 +122,7 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The QNN suite (tests/build_suite.py), built once: needs QNN's host libraries, which `make test` installs."""
     from build_suite import QNN_SUITE
+
     from deployc.targets.backends import qnn_host
 
     found = qnn_host.find(os.environ)
@@ -138,6 +139,6 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
 @pytest.fixture(scope="session")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The native reference runner (`deployc native build`), built once per session."""
-    from deployc.native_build import build_runner
+    from deployc.runtime.native_build import build_runner
 
     return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)

@@ -16,20 +16,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "deployc"
 
 # In the order data flows. A module may import modules of its own stage or of earlier ones.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("deployc", "deployc.errors", "deployc.fingerprint", "deployc.sizes", "deployc.faults",
-              "deployc.yaml_io", "deployc.schema_base", "deployc.schema_errors", "deployc.quantization",
-              "deployc.layout", "deployc.events", "deployc.captured", "deployc.pte", "deployc.console",
-              "deployc.cache_paths", "deployc.hashes", "deployc.self_test", "deployc.tflite")),
-    ("load", ("deployc.manifest", "deployc.pipeline", "deployc.targets", "deployc.sources", "deployc.project",
-              "deployc.schemas", "deployc.huggingface", "deployc.starter")),
-    ("resolve", ("deployc.resolve",)),
-    ("plan", ("deployc.toolchain", "deployc.plan", "deployc.planner", "deployc.release")),
-    ("build", ("deployc.cache", "deployc.shared_store", "deployc.facts", "deployc.results", "deployc.executors",
-               "deployc.graph", "deployc.build")),
+    ("core", ("deployc", "deployc.core")),
+    ("load", ("deployc.load", "deployc.pipeline", "deployc.targets")),
+    ("resolve", ("deployc.plan.resolve",)),
+    ("plan", ("deployc.plan",)),
+    ("build", ("deployc.build", "deployc.graph")),
     ("package", ("deployc.packaging",)),
-    ("apply", ("deployc.apply", "deployc.reproducibility")),
-    ("run", ("deployc.runtime", "deployc.native_build")),
-    ("cli", ("deployc.cli", "deployc.views", "deployc.__main__")),
+    ("apply", ("deployc.apply",)),
+    ("run", ("deployc.runtime",)),
+    ("cli", ("deployc.cli", "deployc.__main__")),
 ]
 
 
@@ -49,7 +44,8 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every deployc module `path` imports, at the top or inside functions (TYPE_CHECKING excepted)."""
+    """Every deployc module `path` imports, at the top or inside functions (TYPE_CHECKING excepted), and
+    every one it starts as a process (`python -m MODULE`: spawning a module is depending on it)."""
     tree = ast.parse(path.read_text())
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                    and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
@@ -62,6 +58,40 @@ def _imports(path: Path) -> set[str]:
             found.update(a.name for a in node.names if a.name.split(".")[0] == "deployc")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "deployc":
             found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # a module imported from its package
+    found.update(_spawned(tree, path))
+    return {m for m in found if _is_module(m)}
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE.parent / rel).with_suffix(".py").is_file() or (PACKAGE.parent / rel / "__init__.py").is_file()
+
+
+def _spawned(tree: ast.AST, path: Path) -> set[str]:
+    """Modules started as `[sys.executable, "-m", X.__name__]`. A module named by a string instead would hide
+    the dependency from this test: refused."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names if not a.asname and "." not in a.name})
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.List):
+            continue
+        items = node.elts
+        for i, item in enumerate(items[:-1]):
+            if not (isinstance(item, ast.Constant) and item.value == "-m"):
+                continue
+            target = items[i + 1]
+            if isinstance(target, ast.Constant) and str(target.value).startswith("deployc"):
+                pytest.fail(f"{path.name}: spawns {target.value!r} by name; import it and pass its __name__")
+            if (isinstance(target, ast.Attribute) and target.attr == "__name__"
+                    and isinstance(target.value, ast.Name) and target.value.id in aliases):
+                module = aliases[target.value.id]
+                found.add(f"{module}.__main__" if module == "deployc" else module)
     return found
 
 
@@ -78,10 +108,10 @@ def test_imports_point_down_the_stages(path: Path) -> None:
 
 
 def test_validate_and_plan_load_nothing_of_the_torch_side(tmp_path: Path) -> None:
-    code = ("import sys; from deployc.cli import main;"
+    code = ("import sys; from deployc.cli.app import main;"
             "main(['validate', sys.argv[1]]); main(['plan', '--json', sys.argv[1]]);"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'executorch', 'torchao', 'numpy', 'ray')"
-            " or m.startswith(('deployc.graph', 'deployc.executors', 'deployc.packaging', 'deployc.runtime'))))")
+            " or m.startswith(('deployc.graph', 'deployc.build.executors', 'deployc.packaging', 'deployc.runtime'))))")
     manifest = PACKAGE.parent / "manifests" / "rag_offline.yaml"
     proc = subprocess.run([sys.executable, "-c", code, str(manifest)], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
@@ -89,13 +119,24 @@ def test_validate_and_plan_load_nothing_of_the_torch_side(tmp_path: Path) -> Non
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+# Packages every backend's lowering goes through (deployc.graph uses them), and host runtimes of a
+# backend's programs that deployc's runtime modules load (as executorch.runtime is for .pte programs).
+SHARED = {"executorch.exir"}
+RUNTIMES = {"ai_edge_litert": {"graph/litert_runtime.py", "core/tflite.py"}}
+
+
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_a_backend_is_one_module(name: str) -> None:
-    """Its executorch package is imported by its own module and nowhere else in deployc."""
-    own = BACKEND_FILES[name].resolve()
-    package = {"xnnpack": "executorch.backends.xnnpack", "vulkan": "executorch.backends.vulkan",
-               "cortex_m": "executorch.backends.cortex_m", "qnn": "executorch.backends.qualcomm"}.get(name)
-    if package is None:
+    """The packages of its ahead-of-time path (`modules`) are named by its own module and its helpers only; a
+    backend with no package of its own is ExecuTorch's core alone: no partitioner, no delegate."""
+    backend = BACKENDS[name]
+    own_file = BACKEND_FILES[name].resolve()
+    own = [m for m in backend.modules if m not in SHARED]
+    if not own:
+        assert not backend.partitioners and backend.delegate_id == "", f"{name} names no package of its own"
         return
-    users = [p for p in MODULES if package in p.read_text()]
-    assert [p.resolve() for p in users] in ([own], []), f"{package} is named outside {own.name}: {users}"
+    helpers = {own_file, *(own_file.parent / h for h in backend.helpers)}
+    for package in own:
+        allowed = helpers | {PACKAGE / f for f in RUNTIMES.get(package, ())}
+        users = {p.resolve() for p in MODULES if package in p.read_text()}
+        assert users <= allowed and own_file in users, f"{package} is named outside {own_file.name}: {users - allowed}"

@@ -13,9 +13,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import Built, build_json, make_project, run_subprocess
-from deployc.fingerprint import file_sha256
+
+from deployc.core.digests import file_sha256
 
 pytestmark = pytest.mark.slow
 
@@ -82,9 +82,9 @@ def test_8da8w_is_quantized_and_within_tolerance(suite: Built) -> None:
 
 
 def test_w8a8_conv_folds_batch_norm_and_calibrates_on_the_dataset(suite: Built) -> None:
-    from deployc.planner import make_plan
-    from deployc.project import load_project
-    from deployc.toolchain import detect
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
 
     plan = make_plan(load_project(suite.manifest, env={}), detect({}))
     recipe = next(u for u in plan.units() if u.model == "conv_w8a8").quantize.recipe
@@ -158,7 +158,7 @@ def test_archive_is_deterministic_and_normalized(suite: Built) -> None:
 
 
 def test_noop_rebuild_hits_the_cache_without_importing_torch(suite: Built) -> None:
-    code = ("import sys; from deployc.cli import main;"
+    code = ("import sys; from deployc.cli.app import main;"
             f"rc = main(['build', 'suite.yaml', '--out', {str(suite.out)!r}, '--cache-dir', {str(suite.cache)!r},"
             " '--json']); print('TORCH', 'torch' in sys.modules or 'ray' in sys.modules, file=sys.stderr); sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=suite.folder, capture_output=True, text=True, timeout=120)

@@ -14,13 +14,19 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from build_suite import TINY
 from conftest import Built, build_json, make_project
-from deployc.cache import Cache
-from deployc.packaging.runtime_config import SCHEMA_PATH, ConfigError, decode, encode, normalize
+
+from deployc.build.cache import Cache
+from deployc.cli.reproducibility import compare_trees
 from deployc.packaging.inspection import verify_bundle
-from deployc.reproducibility import compare_trees
+from deployc.packaging.runtime_config import (
+    SCHEMA_PATH,
+    ConfigError,
+    decode,
+    encode,
+    normalize,
+)
 
 pytestmark = pytest.mark.slow
 

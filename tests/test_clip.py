@@ -104,7 +104,7 @@ def test_native_runner_gives_the_same_answers(runner: Path, cli, clip: Path) -> 
         r = subprocess.run([str(runner), str(bundle), "--pipeline", "--file", f"image={IMAGES / image}", "--until",
                             "pixels"], capture_output=True, text=True)
         pixels = json.loads(r.stdout)["stages"]["pixels"]["pixels"]
-        from deployc.runtime.preprocess import image_steps
+        from deployc.pipeline.host.preprocess import image_steps
 
         config = json.loads((bundle / "runtime.json").read_text())
         steps = json.loads(next(s for s in config["pipeline"]["stages"] if s["name"] == "pixels")["params_json"])

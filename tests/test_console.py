@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from deployc.console import Console
-from deployc.events import Event
+from deployc.cli.console import Console
+from deployc.core.events import Event
 
 EVENTS = [
     Event(label="a@t/cpu", kind="queued"), Event(label="b@t/cpu", kind="queued"),

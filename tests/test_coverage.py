@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import REPO, build_json, make_project
 
 sys.path.insert(0, str(REPO / "benchmarks"))

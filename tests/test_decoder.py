@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REPO, Built, build_json, make_project, run_subprocess
-from deployc.planner import make_plan
-from deployc.project import load_project
-from deployc.toolchain import detect
+
+from deployc.load.project import load_project
+from deployc.plan.planner import make_plan
+from deployc.plan.toolchain import detect
 
 BASE = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
@@ -77,7 +77,7 @@ def test_real_checkpoint_layouts_load(tmp_path: Path) -> None:
     """bf16 weights (how checkpoints ship), several shards with an index, and a bare-model checkpoint."""
     import torch
 
-    from deployc.errors import BuildError
+    from deployc.core.errors import BuildError
     from deployc.graph.decoder import load_decoder
 
     reference = save_decoder(tmp_path / "fp32", "qwen2")
@@ -215,7 +215,7 @@ def test_the_program_generates_what_transformers_generates(gen: Built) -> None:
     import transformers as T
 
     sys.path.insert(0, str(REPO / "manifests"))
-    from deployc.runtime.generation import generate
+    from deployc.pipeline.host.generation import generate
     from deployc.runtime.pipeline_runner import Bundle
 
     u = next(u for u in gen.report["units"] if u["model"] == "llm")

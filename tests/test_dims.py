@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import build_json, make_project
-from deployc.errors import UserError
+
+from deployc.core.errors import UserError
 from deployc.graph.dims import DimRejected, explain_rejected_dims
-from deployc.plan import DimPlan
-from deployc.project import load_project
+from deployc.load.project import load_project
+from deployc.plan.build_plan import DimPlan
 
 REJECTED = """\
 apiVersion: deployc/v1

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import Built, build_json, make_project
-from deployc.planner import make_plan
-from deployc.project import load_project
-from deployc.toolchain import detect
+
+from deployc.load.project import load_project
+from deployc.plan.planner import make_plan
+from deployc.plan.toolchain import detect
 
 ENCODERS = """\
 apiVersion: deployc/v1
@@ -63,7 +63,7 @@ def test_quantized_tables_are_smaller_and_still_verified(encoders: Built, quanti
                                                          kernel: str) -> None:
     q, f = encoders.unit(quantized, "arduino_q"), encoders.unit(floated, "arduino_q")
     assert q["verification"]["status"] == "passed" and f["verification"]["status"] == "passed"
-    from deployc.pte import method_facts, read_program
+    from deployc.core.pte import method_facts, read_program
 
     def operators(unit: dict) -> list[str]:  # what the runtime must register, read from the .pte
         return method_facts(read_program(Path(unit["pte"]).read_bytes()))["forward"].operators
@@ -100,7 +100,7 @@ def test_inspect_says_where_the_bytes_go(encoders: Built, cli) -> None:
 def test_deployc_run_executes_the_quantized_kernels(encoders: Built, tmp_path: Path) -> None:
     import numpy as np
 
-    from deployc.runtime.host import load_program
+    from deployc.graph.host_runtime import load_program
 
     tokens = np.arange(10, dtype=np.int64).reshape(1, 10)
     import torch

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import build_json, make_project, run_subprocess
 
 pytestmark = pytest.mark.slow

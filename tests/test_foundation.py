@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from deployc.quantization import SCHEMES, SchemeName
-from deployc.schemas import json_schemas
+from deployc.core.quantization import SCHEMES, SchemeName
+from deployc.load.json_schemas import json_schemas
 from deployc.targets.backends import BACKENDS, BackendName
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def test_validate_imports_no_torch() -> None:
     """(How fast it is: benchmarks/cli_bench.py.)"""
     code = (
         "import sys;"
-        "from deployc.cli import main; rc = main(['validate', *sys.argv[1:]]);"
+        "from deployc.cli.app import main; rc = main(['validate', *sys.argv[1:]]);"
         "print(rc, 'torch' in sys.modules, 'executorch' in sys.modules or 'ray' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code, *map(str, EXAMPLES)], capture_output=True, text=True,

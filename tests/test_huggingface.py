@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, Built, build_json, make_project
-from deployc.errors import UserError
-from deployc.planner import make_plan
-from deployc.project import load_project
-from deployc.toolchain import detect
+
+from deployc.core.errors import UserError
+from deployc.load.project import load_project
+from deployc.plan.planner import make_plan
+from deployc.plan.toolchain import detect
 
 HF_SUITE = """\
 apiVersion: deployc/v1
@@ -207,7 +207,7 @@ def test_a_safetensors_checkpoint_loads_over_a_factory_model(tmp_path: Path) -> 
     import torch
     from safetensors.torch import save_file
 
-    from deployc.fingerprint import file_sha256
+    from deployc.core.digests import file_sha256
 
     sys.path.insert(0, str(REPO / "manifests"))
     from models.small import mlp

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import build_json
 from test_huggingface import save_tiny_models
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import Built
+
 from deployc.packaging.runtime_config import encode
 
 pytestmark = pytest.mark.slow
@@ -62,8 +62,8 @@ QUESTIONS = ("How do honeybees find flowers?", "How many hearts does an octopus 
 
 
 def test_native_pipeline_answers_from_text_like_deployc_run(runner: Path, rag: Path) -> None:
-    from deployc.runtime.tokenizer import encode as tokenize
-    from deployc.runtime.tokenizer import load_tokenizer
+    from deployc.pipeline.host.tokenizers import encode as tokenize
+    from deployc.pipeline.host.tokenizers import load_tokenizer
 
     bundle = rag / "arduino_q"
     python = _python_bundle(bundle)
@@ -103,7 +103,7 @@ def _npy(folder: Path, name: str, a: np.ndarray) -> Path:
 
 
 def test_native_pipeline_bad_input_exits_2_naming_the_stage(runner: Path, rag: Path, tmp_path: Path) -> None:
-    from deployc.fingerprint import bytes_sha256
+    from deployc.core.digests import bytes_sha256
 
     bundle = rag / "arduino_q"
     proc = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", b"query=caf\xe9 \xff"],
@@ -185,8 +185,8 @@ def test_bad_bundles_are_refused_cleanly(runner: Path, suite: Built, tmp_path: P
 
 
 def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None:
-    from deployc.errors import BuildError
-    from deployc.native_build import build_runner
+    from deployc.core.errors import BuildError
+    from deployc.runtime.native_build import build_runner
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
     with pytest.raises(BuildError, match="cmake and c\\+\\+ not found; install them, e.g. `apt-get install cmake g\\+\\+"):
@@ -219,7 +219,7 @@ def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu:
 def _flip_weight_byte(bundle: Path, program: str) -> None:
     """Flip the exponent byte of the program's last weight-like float and rewrite runtime.json,
     runtime.bin and the lock to match: only the numbers can tell."""
-    from deployc.fingerprint import bytes_sha256
+    from deployc.core.digests import bytes_sha256
 
     pte = bundle / f"{program}.pte"
     data = bytearray(pte.read_bytes())

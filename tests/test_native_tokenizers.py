@@ -29,7 +29,14 @@ def wordpiece_file() -> Path:
 
 def gpt2_bpe(folder: Path) -> Path:
     """A GPT-2-style byte-level BPE (ByteLevel pre-tokenizer with its own regex), trained here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -44,7 +51,16 @@ def gpt2_bpe(folder: Path) -> Path:
 
 def llama3_bpe(folder: Path) -> Path:
     """A Llama-3/Qwen-style byte-level BPE: NFC, a Split regex, ignore_merges, a begin-of-text template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tk = Tokenizer(models.BPE(ignore_merges=True))
     tk.normalizer = normalizers.NFC()
@@ -88,7 +104,7 @@ def native(runner: Path, tokenizer: Path, texts: list[str], tmp_path: Path, *arg
 
 def python_ids(tokenizer: Path, texts: list[str], special: bool = True) -> tuple[list[list[int]], list[str]]:
     """What deployc run computes: `tokenizers` for tokenizer.json, `sentencepiece` for .model files."""
-    from deployc.runtime.tokenizer import load_tokenizer
+    from deployc.pipeline.host.tokenizers import load_tokenizer
 
     tk = load_tokenizer(tokenizer)
     ids = [tk.encode(t, add_special_tokens=special).ids for t in texts]
@@ -117,7 +133,7 @@ def test_without_special_tokens_and_truncated(runner: Path, tokenizer_files: dic
         for args, special, limit in ((["--no-special"], False, None), (["--max-length", "7"], True, 7)):
             proc = native(runner, path, texts, tmp_path, *args)
             assert proc.returncode == 0, proc.stderr
-            from deployc.runtime.tokenizer import load_tokenizer
+            from deployc.pipeline.host.tokenizers import load_tokenizer
 
             tk = load_tokenizer(path, limit)
             if hasattr(tk, "no_padding"):

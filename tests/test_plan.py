@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from deployc.errors import PlanError
-from deployc.planner import make_plan
-from deployc.project import load_project
-from deployc.quantization import SCHEMES
+from deployc.core.errors import PlanError
+from deployc.core.quantization import SCHEMES
+from deployc.load.project import load_project
+from deployc.plan.planner import make_plan
+from deployc.plan.toolchain import Toolchain, detect
 from deployc.targets.backends import BACKENDS
 from deployc.targets.backends.base import Availability
-from deployc.toolchain import Toolchain, detect
 
 REPO = Path(__file__).resolve().parent.parent
 VERSIONS = {"python": "3.11.7", "deployc": "0.1.0", "torch": "2.13.0+cpu", "executorch": "1.5.1",
@@ -196,7 +196,7 @@ def test_each_input_changes_the_key(project: Path, change: str) -> None:
                                                  "    threads: 4\n    warmup: 1\n    options: {x: 1}\n"
                                                  "    quantization: [fp32"))
     elif change == "checkpoint":
-        from deployc.fingerprint import file_sha256
+        from deployc.core.digests import file_sha256
 
         text = text.replace("'models.small:mlp'}", "'models.small:mlp', checkpoint: {path: ck.pt, sha256: '" +
                             file_sha256(project / "ck.pt") + "'}}")
@@ -215,8 +215,8 @@ def test_labels_and_tolerances_do_not_change_the_program_key(project: Path) -> N
 def test_keys_are_stable_across_processes(project: Path) -> None:
     path = write_manifest(project, quant="8da8w")
     here = make_plan(load_project(path), detect({}))
-    code = ("import json, sys; from pathlib import Path; from deployc.planner import make_plan;"
-            "from deployc.project import load_project; from deployc.toolchain import detect;"
+    code = ("import json, sys; from pathlib import Path; from deployc.plan.planner import make_plan;"
+            "from deployc.load.project import load_project; from deployc.plan.toolchain import detect;"
             "p = make_plan(load_project(Path(sys.argv[1])), detect({}));"
             "print(json.dumps([u.program_key for u in p.units()]))")
     env = {**os.environ, "PYTHONHASHSEED": "123"}
@@ -248,7 +248,7 @@ def test_golden_plans(manifest: Path) -> None:
 def test_plan_command_imports_no_torch(project: Path) -> None:
     """(How fast it is: benchmarks/cli_bench.py.)"""
     path = write_manifest(project, quant="8da8w")
-    code = ("import sys; from deployc.cli import main;"
+    code = ("import sys; from deployc.cli.app import main;"
             "rc = main(['plan', '--json', sys.argv[1]]);"
             "print(rc, 'torch' in sys.modules or 'ray' in sys.modules or 'executorch' in sys.modules, file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
@@ -281,7 +281,7 @@ def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.metadata
 
-    import deployc.sources as source
+    import deployc.load.model_sources as source
 
     (project / "models" / "weights_user.py").write_text(
         "import os\nimport numpy as np\nimport yaml\nfrom models import small\nfrom . import small as s2\n"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from deployc.runtime import preprocess as P
+from deployc.pipeline.host import preprocess as P
 
 RNG = np.random.default_rng(7)
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
@@ -229,8 +229,13 @@ def test_steps_from_hugging_face_preprocessor_configs(tmp_path: Path) -> None:
     """The configs transformers writes give the steps (and so the pixels and features) it computes."""
     from transformers import CLIPImageProcessorPil, WhisperFeatureExtractor
 
-    from deployc.manifest import AudioStage, ImageStage
-    from deployc.pipeline.preprocessing import audio_shape, audio_steps, image_shape, image_steps
+    from deployc.load.manifest import AudioStage, ImageStage
+    from deployc.pipeline.preprocessing import (
+        audio_shape,
+        audio_steps,
+        image_shape,
+        image_steps,
+    )
 
     (tmp_path / "clip.json").write_text(json.dumps(CLIPImageProcessorPil().to_dict()))
     steps, problems = image_steps(ImageStage(name="px", op="image", input="i", preprocessor="clip.json"), tmp_path)

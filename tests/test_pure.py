@@ -8,14 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from deployc.build import compare_outputs
-from deployc.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
+from deployc.build.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
+from deployc.build.programs import compare_outputs
 from deployc.graph.metrics import EXACT_SQNR_DB, compare, judge, summarize
 from deployc.packaging.corpus import chunk_text
-from deployc.plan import DimPlan, OutputPlan
-from deployc.planner import verification_points
-from deployc.runtime.generation import choose, generate
-
+from deployc.pipeline.host.generation import choose, generate
+from deployc.plan.build_plan import DimPlan, OutputPlan
+from deployc.plan.planner import verification_points
 
 # ---- metrics -------------------------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from build_suite import QNN_SCHEMES, QNN_SUITE
 from conftest import Built, build_json, make_project
-from deployc.errors import BuildError, ProfileError
+
+from deployc.core.errors import BuildError, ProfileError
 from deployc.targets.backends import qnn_host
 
 pytestmark = pytest.mark.slow
@@ -164,7 +164,7 @@ def test_a_dynamic_model_pinned_to_the_npu_is_a_located_error(project: Path, cli
 
 def test_a_rebuild_goes_straight_to_the_fallback(npu: Built) -> None:
     """The npu's lowering failure is cached with its key: nothing is lowered again, nothing imports torch."""
-    code = ("import sys; from deployc.cli import main;"
+    code = ("import sys; from deployc.cli.app import main;"
             f"rc = main(['build', 'npu.yaml', '--out', {str(npu.out)!r}, '--cache-dir', {str(npu.cache)!r}, '--json']);"
             "print('TORCH', 'torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=npu.folder, capture_output=True, text=True, timeout=300)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, run_subprocess
 
 pytestmark = pytest.mark.slow
@@ -89,11 +88,13 @@ def test_npu_and_cpu_embeddings_agree(rag: Path) -> None:
 
 def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:
     import torch
-
-    from models.minilm import build, tokenizer_path  # the manifests' folder is on sys.path (see _bundle)
+    from models.minilm import (  # the manifests' folder is on sys.path (see _bundle)
+        build,
+        tokenizer_path,
+    )
 
     bundle = _bundle(rag)
-    from deployc.runtime.tokenizer import encode, load_tokenizer
+    from deployc.pipeline.host.tokenizers import encode, load_tokenizer
 
     tk = load_tokenizer(tokenizer_path(), 128)
     eager = build()
@@ -108,12 +109,12 @@ def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:
 
 def test_generation_matches_the_eager_model(rag: Path) -> None:
     import torch
-
-    from deployc.graph.quantize import quantize_embeddings, torchao_quantize
-    from deployc.quantization import Recipe
-    from deployc.runtime.generation import generate
-    from deployc.targets.backends import BACKENDS
     from models.tiny_llm import build
+
+    from deployc.core.quantization import Recipe
+    from deployc.graph.quantize import quantize_embeddings, torchao_quantize
+    from deployc.pipeline.host.generation import generate
+    from deployc.targets.backends import BACKENDS
 
     bundle = _bundle(rag)
     torch.manual_seed(0)  # the model's seed in the manifest; deployc seeds before calling the factory
@@ -167,7 +168,7 @@ def test_run_refuses_a_tampered_bundle(rag: Path, tmp_path: Path) -> None:
 
 def test_a_saved_plan_applies_to_the_same_bundles(rag: Path, tmp_path: Path) -> None:
     """`deployc plan --out` then `deployc build --plan`, on the main example: the same bytes as the one-go build."""
-    from deployc.reproducibility import compare_trees
+    from deployc.cli.reproducibility import compare_trees
 
     folder = rag.parent.parent.parent
     manifest, cache = folder / "project" / "rag_offline.yaml", folder / "cache"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, Result, build_json, make_project, run_subprocess
-from deployc.reproducibility import compare_trees
+
+from deployc.cli.reproducibility import compare_trees
 
 pytestmark = pytest.mark.slow
 
@@ -217,7 +217,7 @@ def test_a_unit_that_fails_for_a_real_reason_fails_once(cluster: Cluster, tmp_pa
 
 def test_without_ray_installed_the_ray_executor_says_how_to_install_it(project: Path) -> None:
     manifest = make_project(project, MANIFEST, "fanout.yaml")
-    code = ("import sys; sys.modules['ray'] = None; from deployc.cli import main;"
+    code = ("import sys; sys.modules['ray'] = None; from deployc.cli.app import main;"
             "sys.exit(main(['build', sys.argv[1], '--executor', 'ray', '--out', 'out']))")
     proc = subprocess.run([sys.executable, "-c", code, str(manifest)], capture_output=True, text=True,
                           cwd=project, timeout=60)

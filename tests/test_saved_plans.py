@@ -7,17 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-
 from build_suite import TINY
 from conftest import make_project
-from deployc.apply import check_inputs, check_releases
-from deployc.errors import ManifestError, PlanChanged, UserError
-from deployc.plan import load_plan, save_plan
-from deployc.planner import make_plan
-from deployc.project import load_project
-from deployc import layout
-from deployc.release import comparison, release_status
-from deployc.toolchain import detect
+
+from deployc.apply.apply_plan import check_inputs, check_releases
+from deployc.core import layout
+from deployc.core.errors import ManifestError, PlanChanged, UserError
+from deployc.load.project import load_project
+from deployc.plan.build_plan import load_plan, save_plan
+from deployc.plan.planner import make_plan
+from deployc.plan.releases import comparison, release_status
+from deployc.plan.toolchain import detect
 
 
 @pytest.fixture

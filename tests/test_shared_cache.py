@@ -8,13 +8,13 @@ from pathlib import Path
 
 import fsspec
 import pytest
-
 from build_suite import TINY
 from conftest import make_project, run_subprocess
-from deployc.cache import Cache, open_cache
-from deployc.cache_paths import cache_spec
-from deployc.reproducibility import compare_trees
-from deployc.shared_store import SharedStore
+
+from deployc.build.cache import Cache, open_cache
+from deployc.build.shared_store import SharedStore
+from deployc.cli.reproducibility import compare_trees
+from deployc.core.cache_location import cache_spec
 
 KEY = "cd" * 32
 

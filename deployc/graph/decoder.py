@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deployc.errors import BuildError
+from deployc.core.errors import BuildError
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu, "swish": F.silu, "gelu": F.gelu,
@@ -58,7 +58,7 @@ class DecoderConfig:
 
 
 def read_config(config: dict[str, Any]) -> DecoderConfig:
-    from deployc.huggingface import decoder_config_problem
+    from deployc.load.hf_directory import decoder_config_problem
 
     problem = decoder_config_problem(config)
     if problem:

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
-from deployc.errors import BuildError
+from deployc.core.errors import BuildError
 from deployc.graph.dims import BLOCKS, explain_rejected_dims
-from deployc.plan import DimPlan, InputPlan
+from deployc.plan.build_plan import DimPlan, InputPlan
 
 _HINTS = (
     ("data-dependent", "the model branches on tensor values; make the branch static or use torch.cond"),

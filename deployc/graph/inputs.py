@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from deployc.plan import DimPlan, InputPlan
+from deployc.plan.build_plan import DimPlan, InputPlan
 
 DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int64": torch.int64,

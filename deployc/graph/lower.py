@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from deployc.errors import BuildError
-from deployc.plan import Lower
-from deployc.quantization import Recipe
+from deployc.core.errors import BuildError
+from deployc.core.quantization import Recipe
+from deployc.plan.build_plan import Lower
 from deployc.targets.backends import BACKENDS
 
 WEIGHTS_TAG = "weights"  # every external tensor goes to one data file, weights.ptd

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deployc.facts import Metrics, PointMetrics, Summary
+from deployc.build.facts import Metrics, PointMetrics, Summary
 
 EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from deployc.errors import BuildError
-from deployc.fingerprint import file_sha256
-from deployc.plan import LoadModel
+from deployc.core.digests import file_sha256
+from deployc.core.errors import BuildError
+from deployc.plan.build_plan import LoadModel
 
 
 def _from_factory(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
@@ -41,7 +41,7 @@ def _check_sources(step: LoadModel, directory: Path) -> None:
 def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
     torch.manual_seed(step.seed)
     if step.huggingface is not None:
-        from deployc.graph.hf import load_directory
+        from deployc.graph.hf_model import load_directory
 
         directory = manifest_dir / step.huggingface
         _check_sources(step, directory)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from deployc.graph.inputs import make_inputs
-from deployc.plan import Export
+from deployc.plan.build_plan import Export
 
 # Prompt lengths, clamped to what the seq dim and the KV cache allow.
 PROMPT_LENGTHS = (5, 12)

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from deployc.errors import BuildError
-from deployc.fingerprint import file_sha256
+from deployc.core.digests import file_sha256
+from deployc.core.errors import BuildError
+from deployc.core.quantization import Recipe
 from deployc.graph.inputs import export_point, make_inputs
-from deployc.plan import Export
-from deployc.quantization import Recipe
+from deployc.plan.build_plan import Export
 
 
 def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None) -> torch.nn.Module:

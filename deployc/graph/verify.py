@@ -12,7 +12,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deployc.facts import Measurement, PointMetrics, SizeRange, TensorFacts, TokenParity
+from deployc.build.facts import (
+    Measurement,
+    PointMetrics,
+    SizeRange,
+    TensorFacts,
+    TokenParity,
+)
+from deployc.graph import verify_worker
 from deployc.graph.metrics import compare, summarize
 
 VERIFY_TIMEOUT_S = 900
@@ -21,7 +28,7 @@ Check = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs): one cal
 
 
 def start_verifier() -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "deployc.runtime.verify_worker"], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", verify_worker.__name__], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -18,15 +18,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from deployc import self_test
-from deployc.cache import open_cache
-from deployc.captured import captured
-from deployc.errors import BuildError
-from deployc.events import Event, EventSink
-from deployc.facts import FACTS_FILE, PROGRAM_DATA_FILE, PROGRAM_FILE, ProgramFacts, Signature, TensorFacts
-from deployc.faults import fault_point
-from deployc.plan import Export, UnitPlan
-from deployc.results import WorkerJob, WorkerResult
+from deployc.build.cache import open_cache
+from deployc.build.facts import (
+    FACTS_FILE,
+    PROGRAM_DATA_FILE,
+    PROGRAM_FILE,
+    ProgramFacts,
+    Signature,
+    TensorFacts,
+)
+from deployc.build.results import WorkerJob, WorkerResult
+from deployc.core import self_test_vectors
+from deployc.core.errors import BuildError
+from deployc.core.events import Event, EventSink
+from deployc.core.faults import fault_point
+from deployc.core.library_output import captured
+from deployc.plan.build_plan import Export, UnitPlan
 
 _sink: EventSink | None = None  # where step events go; set by the executor that hosts this process
 
@@ -131,7 +138,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                  verifier: subprocess.Popen[str] | None, log: IO[str] | None) -> ProgramFacts:
     import torch
 
-    from deployc.facts import Measurement
+    from deployc.build.facts import Measurement
+    from deployc.core.pte import method_facts
     from deployc.graph.export import MethodModule, export_model
     from deployc.graph.inputs import export_point, make_inputs
     from deployc.graph.lower import WEIGHTS_TAG, lower_program
@@ -145,7 +153,6 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         torchao_quantize,
     )
     from deployc.graph.verify import output_facts, verify
-    from deployc.pte import method_facts
     from deployc.targets.backends import BACKENDS
 
     export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
@@ -178,7 +185,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                     raise
                 at("export")  # what torch.export makes of the declared dims says why
                 raise _failing_point(model, export, point, exc) from exc
-    self_test.write(staging / self_test.SELF_TEST_FILE,
+    self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE,
                     [(name, point, inp, ref) for (name, point, inp), ref in zip(checks, references)])
     sequences: list[list[int]] = []
     if unit.verify.generate:
@@ -263,15 +270,13 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
                     signatures: dict[str, Signature]) -> ProgramFacts:
     """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
     verifier runs through the LiteRT interpreter against the same references."""
-    from deployc.facts import Measurement, program_file
+    from deployc.build.facts import Measurement, program_file
+    from deployc.core.pte import MethodFacts
+    from deployc.core.tflite import operators
     from deployc.graph.verify import verify
-    from deployc.pte import MethodFacts
     from deployc.targets.backends import BACKENDS
-    from deployc.targets.backends.litert import LiteRT
-    from deployc.tflite import operators
 
     backend = BACKENDS[unit.backend]
-    assert isinstance(backend, LiteRT)
     at("lower")
     edge = backend.convert(model, example, unit.quantize.recipe)
     lap("lower")

@@ -9,6 +9,8 @@ import os
 import tarfile
 from pathlib import Path
 
+from deployc.core.atomic import open_atomic
+
 
 def source_date_epoch() -> int:
     try:
@@ -32,7 +34,5 @@ def write_archive(folder: Path, prefix: str, dest: Path) -> None:
             info.uname = info.gname = ""
             with path.open("rb") as f:
                 tar.addfile(info, f)
-    tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
-    with tmp.open("wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+    with open_atomic(dest) as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
         gz.write(raw.getvalue())
-    os.replace(tmp, dest)

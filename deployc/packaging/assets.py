@@ -15,15 +15,21 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from deployc import layout
-from deployc.cache import Cache
-from deployc.errors import BuildError
-from deployc.events import Say
-from deployc.fingerprint import file_sha256
+from deployc.build.cache import Cache
+from deployc.build.results import UnitResult
+from deployc.core import layout
+from deployc.core.digests import file_sha256
+from deployc.core.errors import BuildError
+from deployc.core.events import Say
+from deployc.packaging import embed_worker
 from deployc.packaging.corpus import Chunk, chunk_corpus
 from deployc.pipeline.files import tokenizer_file
-from deployc.plan import BuildPlan, IndexAssetPlan, TargetPlan, TokenizerAssetPlan
-from deployc.results import UnitResult
+from deployc.plan.build_plan import (
+    BuildPlan,
+    IndexAssetPlan,
+    TargetPlan,
+    TokenizerAssetPlan,
+)
 from deployc.targets.backends import BACKENDS
 
 INDEX_SCHEMA_VERSION = 1
@@ -65,7 +71,7 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         staging = store.tmp_dir()
         noun = "images" if a.image_steps is not None else "chunks"
         try:
-            worker = [sys.executable, "-m", "deployc.runtime.embed_worker"]
+            worker = [sys.executable, "-m", embed_worker.__name__]
             if a.image_steps is not None:  # one entry per image: its file name stands for its text
                 chunks = [Chunk(id=i, source=f.path, text=Path(f.path).name) for i, f in enumerate(a.corpus)]
                 (staging / "steps.json").write_text(json.dumps(a.image_steps))

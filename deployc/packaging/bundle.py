@@ -17,21 +17,22 @@ from typing import Any
 from filelock import FileLock
 
 import deployc
-from deployc import layout
-from deployc.errors import Diagnostic, ManifestError
-from deployc.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
-from deployc.faults import fault_point
-from deployc.fingerprint import file_sha256
-from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
+from deployc.build.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
+from deployc.build.results import BundleResult, UnitResult, Verification
+from deployc.core import layout
+from deployc.core.atomic import temp_glob, write_atomic
+from deployc.core.digests import file_sha256
+from deployc.core.errors import Diagnostic, ManifestError
+from deployc.core.faults import fault_point
+from deployc.core.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
+from deployc.core.self_test_vectors import SELF_TEST_FILE
 from deployc.packaging import runtime_config
 from deployc.packaging.archive import write_archive
 from deployc.packaging.assets import Asset
 from deployc.packaging.runtime_config import normalize
 from deployc.pipeline.config import PipelineConfig
-from deployc.plan import BuildPlan, TargetPlan
-from deployc.release import comparison, intact
-from deployc.results import BundleResult, UnitResult, Verification
-from deployc.self_test import SELF_TEST_FILE
+from deployc.plan.build_plan import BuildPlan, TargetPlan
+from deployc.plan.releases import comparison, intact
 
 BUNDLE_SCHEMA_VERSION = 1
 
@@ -130,7 +131,7 @@ def write_bundle(plan: BuildPlan, target: TargetPlan, results: list[UnitResult],
     with FileLock(str(locks / f"{archive.name.removesuffix('.tar.gz')}.lock")):
         for stale in release.glob(f".{final.name}.*-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        for stale in release.glob(f"{archive.name}.*.tmp"):
+        for stale in release.glob(temp_glob(archive)):
             stale.unlink(missing_ok=True)
         return _write_locked(plan, target, results, out_dir, force, assets or [])
 
@@ -228,9 +229,7 @@ def _note_comparison(plan: BuildPlan, out_dir: Path, target: TargetPlan) -> None
     noted = out_dir / layout.compared_file(target.bundle.archive)
     content = json.dumps(comparison(plan, out_dir / target.bundle.dir), sort_keys=True)
     if not noted.is_file() or noted.read_text() != content:
-        tmp = noted.with_name(f".{noted.name}.{os.getpid()}.tmp")
-        tmp.write_text(content)
-        os.replace(tmp, noted)
+        write_atomic(noted, content)
 
 
 def _replace_dir(staging: Path, final: Path) -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deployc.layout import LOCK_FILE, RUNTIME_JSON
+from deployc.core.layout import LOCK_FILE, RUNTIME_JSON
 
 METRICS = ("min_cosine", "min_sqnr_db", "max_abs")
 

@@ -8,13 +8,13 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from deployc.errors import UserError
-from deployc.fingerprint import file_sha256
-from deployc.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
-from deployc.packaging.runtime_config import ConfigError, decode, normalize
-from deployc.pte import data_bytes, method_facts, read_program
+from deployc.core.digests import file_sha256
+from deployc.core.errors import UserError
+from deployc.core.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
+from deployc.core.pte import data_bytes, method_facts, read_program
+from deployc.core.records import Frozen
 from deployc.packaging.program_bytes import byte_kinds
-from deployc.schema_base import Frozen
+from deployc.packaging.runtime_config import ConfigError, decode, normalize
 
 
 class BundleCheck(Frozen):

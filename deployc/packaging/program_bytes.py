@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployc.schema_base import Frozen
+from deployc.core.records import Frozen
 
 # executorch ScalarType -> bytes per element (the types a constant tensor uses)
 _ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 12: 1, 13: 1, 14: 4, 15: 2, 22: 2}

@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from deployc.errors import Diagnostic
-from deployc.manifest import (
+from deployc.core.errors import Diagnostic
+from deployc.core.yaml_io import Document
+from deployc.load.diagnostics import closest
+from deployc.load.manifest import (
     AudioStage,
     GenerateStage,
     ImageStage,
@@ -22,8 +24,6 @@ from deployc.manifest import (
 from deployc.pipeline.dataflow import TEXT, Port, references, signature, stage_outputs
 from deployc.pipeline.files import IMAGE_SUFFIXES, corpus_files, tokenizer_file
 from deployc.pipeline.preprocessing import audio_steps, image_steps
-from deployc.schema_errors import closest
-from deployc.yaml_io import Document
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deployc.layout import index_file, tokenizer_file
-from deployc.manifest import (
+from deployc.core.layout import index_file, tokenizer_file
+from deployc.core.records import Frozen
+from deployc.load.manifest import (
     AudioStage,
     GenerateStage,
     ImageStage,
@@ -19,7 +20,6 @@ from deployc.manifest import (
 )
 from deployc.pipeline.dataflow import order, references, stage_outputs
 from deployc.pipeline.preprocessing import audio_steps, image_steps
-from deployc.schema_base import Frozen
 
 _WIRING = {"op", "name", "model", "method", "inputs", "input", "query", "prompt", "tokenizer", "index", "a", "b"}
 

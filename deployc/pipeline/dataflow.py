@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployc.manifest import (
+from deployc.load.manifest import (
     AudioStage,
     GenerateStage,
     ImageStage,
@@ -25,7 +25,12 @@ from deployc.manifest import (
     TokenizeStage,
     VectorSearchStage,
 )
-from deployc.pipeline.preprocessing import audio_shape, audio_steps, image_shape, image_steps
+from deployc.pipeline.preprocessing import (
+    audio_shape,
+    audio_steps,
+    image_shape,
+    image_steps,
+)
 
 
 @dataclass(frozen=True)

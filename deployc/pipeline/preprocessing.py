@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deployc.manifest import AudioStage, ImageStage
+from deployc.load.manifest import AudioStage, ImageStage
 
 # PIL's resampling codes, as transformers writes them into preprocessor configs.
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from deployc.errors import RunError, UserError
-from deployc.layout import RUNTIME_JSON
+from deployc.core.errors import RunError, UserError
+from deployc.core.layout import RUNTIME_JSON
 from deployc.packaging.inspection import verify_bundle
-from deployc.runtime.generation import generate, prompt_room
-from deployc.runtime.tokenizer import encode, load_tokenizer
+from deployc.pipeline.host.generation import generate, prompt_room
+from deployc.pipeline.host.tokenizers import encode, load_tokenizer
 
 
 class Bundle:
@@ -35,7 +35,7 @@ class Bundle:
     # ---- resources, loaded once -------------------------------------------------------------------------
     def method(self, program: str, name: str = "forward") -> Any:
         if (program, name) not in self._methods:
-            from deployc.runtime.host import load_any
+            from deployc.graph.host_runtime import load_any
 
             if program not in self._programs:
                 self._prepare(program)
@@ -54,7 +54,7 @@ class Bundle:
 
     def _prepare(self, program: str) -> None:
         """What the program's backend needs in this process (QNN: its host libraries and the HTP emulator)."""
-        from deployc.errors import BuildError
+        from deployc.core.errors import BuildError
         from deployc.targets.backends import BACKENDS
 
         entry = self.programs[program]
@@ -149,7 +149,11 @@ class Bundle:
     def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
         op = stage["op"]
         if op in ("image", "audio"):
-            from deployc.runtime.preprocess import PreprocessError, audio_steps, image_steps
+            from deployc.pipeline.host.preprocess import (
+                PreprocessError,
+                audio_steps,
+                image_steps,
+            )
 
             try:
                 if op == "image":

@@ -10,12 +10,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from deployc.errors import Diagnostic, Location, ProfileError
-from deployc.quantization import SchemeName
-from deployc.schema_base import ByteSize, Frozen, Identifier
-from deployc.schema_errors import closest, diagnostics_from
+from deployc.core.errors import Diagnostic, Location, ProfileError
+from deployc.core.quantization import SchemeName
+from deployc.core.records import ByteSize, Frozen, Identifier
+from deployc.core.yaml_io import Document, load_file
+from deployc.load.diagnostics import closest, diagnostics_from
 from deployc.targets.backends import BACKENDS, BackendName
-from deployc.yaml_io import Document, load_file
 
 
 class Device(Frozen):

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from build_suite import TINY
 from conftest import REPO, build_json, make_project
-from deployc.cache import Cache
-from deployc.packaging.inspection import verify_bundle
-from deployc.reproducibility import compare_trees
 
+from deployc.build.cache import Cache
+from deployc.cli.reproducibility import compare_trees
+from deployc.packaging.inspection import verify_bundle
 
 
 def _entry(tmp_path: Path) -> tuple[Cache, str]:
@@ -101,9 +100,9 @@ def test_target_path_cannot_escape_the_output_directory(tmp_path: Path, cli, mon
     monkeypatch.chdir(project)
     r = cli("plan", "m.yaml", "--json")
     assert r.code == 0, r.err
-    from deployc.planner import make_plan
-    from deployc.project import load_project
-    from deployc.toolchain import detect
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
 
     plan = make_plan(load_project(project / "m.yaml", env={}), detect({}))
     (target,) = plan.targets

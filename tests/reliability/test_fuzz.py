@@ -18,9 +18,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deployc.errors import UserError
-from deployc.project import load_project
-from deployc.quantization import SCHEMES
+from deployc.core.errors import UserError
+from deployc.core.quantization import SCHEMES
+from deployc.load.project import load_project
 from deployc.targets.backends import BACKENDS
 from deployc.targets.profile import load_profile
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deployc.errors import UserError
-from deployc.yaml_io import load_text
+from deployc.core.errors import UserError
+from deployc.core.yaml_io import load_text
 
 
 def _bomb(levels: int) -> str:

@@ -12,18 +12,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from deployc.manifest import QuantSpec
-from deployc.quantization import Recipe
+from deployc.core.quantization import Recipe
+from deployc.load.manifest import QuantSpec
 from deployc.targets.backends import cortex_m, litert, portable, qnn, vulkan, xnnpack
 from deployc.targets.backends.base import Availability
 
 
 class Backend(Protocol):
+    """What the planner, the build, packaging and the runtimes call on a backend (BackendBase has defaults)."""
+
     name: str
     partitioners: tuple[str, ...]
     static_shapes_only: bool
+    static_shapes_reason: str  # why, when it is the converter's limit rather than the hardware's
+    external_weights: bool  # can put its weights in a .ptd data file
     format: str  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
     multi_method: bool
+    modules: tuple[str, ...]  # Python modules its ahead-of-time path imports
+    helpers: tuple[str, ...]  # files beside its module that belong to it
 
     @property
     def schemes(self) -> frozenset[str]: ...
@@ -54,6 +60,10 @@ class Backend(Protocol):
 
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
                 constants: Mapping[str, Any]) -> Any: ...
+
+    def convert(self, model: Any, example: list[Any], recipe: Recipe) -> Any:
+        """Formats other than pte: the backend's own converter makes the whole program."""
+        ...
 
     def executorch_config(self) -> dict[str, Any]: ...
 

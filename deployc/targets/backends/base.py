@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployc.errors import BuildError
-from deployc.manifest import QuantSpec
-from deployc.quantization import (
+from deployc.core.errors import BuildError
+from deployc.core.quantization import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_GROUP_SIZE,
     SCHEMES,
     Method,
     Recipe,
 )
-from deployc.schema_base import Frozen
+from deployc.core.records import Frozen
+from deployc.load.manifest import QuantSpec
 
 
 class Availability(Frozen):
@@ -67,6 +67,7 @@ class BackendBase:
     name: str
     methods: Mapping[str, Method]  # scheme -> how the build applies it
     modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
+    helpers: tuple[str, ...] = ()  # files beside its module that belong to it (QNN: finding its host libraries)
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
     static_shapes_reason: str = ""  # why, when it is the converter's limit rather than the hardware's
@@ -141,6 +142,11 @@ class BackendBase:
                 constants: Mapping[str, Any]) -> Any:
         """The lowered EdgeProgramManager (before to_executorch) of a program's methods."""
         return lower_with_partitioners(programs, self.partitioner_objects(recipe, options), constants)
+
+    def convert(self, model: Any, example: list[Any], recipe: Recipe) -> Any:
+        """A whole program made from the eager model by the backend's own converter (format other than pte),
+        whose `export(path)` writes the file."""
+        raise BuildError(f"backend {self.name} lowers through ExecuTorch (to_edge), not a converter of its own")
 
     def executorch_config(self) -> dict[str, Any]:
         """Arguments for ExecutorchBackendConfig (e.g. how delegate segments are aligned)."""

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployc.errors import BuildError
-from deployc.quantization import Recipe
+from deployc.core.errors import BuildError
+from deployc.core.quantization import Recipe
 from deployc.targets.backends.base import Availability, BackendBase, modules_available
 
 DELEGATES = ("cpu", "gpu")

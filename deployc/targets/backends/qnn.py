@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployc.errors import BuildError
-from deployc.quantization import Recipe
+from deployc.core.errors import BuildError
+from deployc.core.quantization import Recipe
 from deployc.targets.backends import qnn_host
 from deployc.targets.backends.base import USABLE, Availability, BackendBase
 
@@ -86,7 +86,10 @@ class Qnn(BackendBase):
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         self.activate()
-        from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
+        from executorch.backends.qualcomm.quantizer.quantizer import (
+            QnnQuantizer,
+            QuantDtype,
+        )
         from torchao.quantization.pt2e import MinMaxObserver
 
         quantizer = QnnQuantizer()
@@ -98,14 +101,20 @@ class Qnn(BackendBase):
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
                 constants: Mapping[str, Any]) -> Any:
         self.activate()
-        from executorch.backends.qualcomm._passes.qnn_pass_manager import get_qnn_pass_manager_cls
+        from executorch.backends.qualcomm._passes.qnn_pass_manager import (
+            get_qnn_pass_manager_cls,
+        )
         from executorch.backends.qualcomm.partition.qnn_partitioner import (
             QnnPartitioner,
             generate_qnn_executorch_option,
         )
         from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
-        from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
-        from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import QnnManagerContext
+        from executorch.backends.qualcomm.serialization.qc_schema_serialize import (
+            flatbuffer_to_option,
+        )
+        from executorch.backends.qualcomm.utils.qnn_manager_lifecycle import (
+            QnnManagerContext,
+        )
         from executorch.backends.qualcomm.utils.utils import (
             generate_htp_compiler_spec,
             generate_qnn_executorch_compiler_spec,
@@ -135,7 +144,9 @@ class Qnn(BackendBase):
         return edge
 
     def executorch_config(self) -> dict[str, Any]:
-        from executorch.backends.qualcomm.utils.utils import get_qnn_context_binary_alignment
+        from executorch.backends.qualcomm.utils.utils import (
+            get_qnn_context_binary_alignment,
+        )
 
         return {"segment_alignment": get_qnn_context_binary_alignment()}
 
@@ -159,4 +170,5 @@ def _unstamp(edge: Any) -> None:
 
 BACKEND = Qnn(
     name="qnn", methods={"w8a8": "pt2e", "16a8w": "pt2e", "16a4w": "pt2e", "fp16": "none"},
+    modules=("executorch.backends.qualcomm",), helpers=("qnn_host.py", "qnn_compat.c"),
     partitioners=("QnnPartitioner",), static_shapes_only=True)

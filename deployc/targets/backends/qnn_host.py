@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from deployc.cache_paths import cache_spec, local_root
-from deployc.errors import BuildError
-from deployc.fingerprint import file_sha256, key_of
+from deployc.core.cache_location import cache_spec, local_root
+from deployc.core.digests import file_sha256, key_of
+from deployc.core.errors import BuildError
 
 HOST_LIB_DIR = "lib/x86_64-linux-clang"
 PYPI_DISTRIBUTION = "onnxruntime-qnn"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployc.quantization import Recipe
+from deployc.core.quantization import Recipe
 from deployc.targets.backends.base import BackendBase
 
 

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployc.quantization import SCHEMES, Recipe
+from deployc.core.quantization import SCHEMES, Recipe
 from deployc.targets.backends.base import (
     BackendBase,
     describe_embedding_weights,
     describe_int8_dynamic_activations,
     int8_dynamic_activations,
 )
-
 
 _XNN_FLOATS = {"xnn_datatype_fp32", "xnn_datatype_fp16", "xnn_datatype_bf16"}
 _NORMS = ("aten.layer_norm.default", "aten.native_layer_norm.default", "aten.rms_norm.default")

@@ -1,0 +1,38 @@
+"""Where the programs of a plan are built.
+
+`local`: a pool of worker processes on this machine (`--jobs`). `ray`: one Ray task per program on a
+Ray cluster (`--ray-address`, or a cluster started for the build). Both hand WorkerJobs to
+graph.worker.build_program and return its WorkerResults, each with the node that built the program
+and how many worker processes started it. The driver plans, judges and packages; executors only build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from deployc.build.cache import Cache
+from deployc.core.events import EventSink
+from deployc.plan.build_plan import UnitPlan
+from deployc.build.results import WorkerResult
+
+
+class Executor(Protocol):
+    def describe(self, units: int) -> str:
+        """How the units will be built, for the progress line."""
+        ...
+
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
+        """Build every unit's program into `cache`; results keyed by program key."""
+        ...
+
+
+def make_executor(name: str, jobs: int, ray_address: str | None = None, verbose: bool = False) -> Executor:
+    """`verbose`: library output goes to this terminal instead of each unit's log file."""
+    if name == "ray":
+        from deployc.build.executors.ray_cluster import RayExecutor
+
+        return RayExecutor(ray_address, jobs)
+    from deployc.build.executors.local import LocalExecutor
+
+    return LocalExecutor(jobs, verbose)

@@ -1,0 +1,93 @@
+"""The local executor: a pool of spawned worker processes, one program at a time each."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import socket
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from deployc.build.cache import Cache
+from deployc.core.events import Event, EventSink
+from deployc.graph import worker
+from deployc.plan.build_plan import UnitPlan
+from deployc.build.results import Node, WorkerJob, WorkerResult
+
+
+def _init_worker(events: Any, threads: int, log_dir: str | None) -> None:
+    """Pool initializer. Import-time chatter of the libraries goes to the worker's log file, not the
+    user's terminal (each unit's own output then goes to the unit's log); failures reach the user
+    through the results."""
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        log = open(Path(log_dir) / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - lives as long as the worker
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    worker.set_event_sink(events.put)
+    worker.set_threads(threads)
+
+
+def _build(job: WorkerJob) -> WorkerResult:
+    node = Node(executor="local", host=socket.gethostname(), pid=os.getpid())
+    worker.emit(Event(label=job.unit.label, kind="started", attempt=1, where=f"this machine (pid {node.pid})"))
+    result = worker.build_program(job)
+    worker.emit(Event(label=job.unit.label, kind="finished", status=result.status))
+    return result.model_copy(update={"node": node, "attempts": 1})
+
+
+class LocalExecutor:
+    def __init__(self, jobs: int, verbose: bool = False) -> None:
+        self.jobs = max(1, jobs)
+        self.verbose = verbose
+
+    def describe(self, units: int) -> str:
+        return f"{min(self.jobs, units)} worker process(es)"
+
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
+        jobs = min(self.jobs, len(todo))
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
+        channel = ctx.Queue()
+        stop = threading.Event()
+
+        def drain() -> None:
+            while not stop.is_set():
+                try:
+                    event = channel.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                except (EOFError, OSError):
+                    return
+                events(event)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        log_dir = None if self.verbose else str(cache.log_dir)
+        results: dict[str, WorkerResult] = {}
+        try:
+            # Workers write into the local cache (a shared one's local mirror); the driver publishes.
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(channel, threads, log_dir)) as pool:
+                futures = {u.program_key: pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root),
+                                                                        folder=str(folder), log_dir=log_dir))
+                           for u in todo}
+                for key, fut in futures.items():
+                    try:
+                        results[key] = fut.result()
+                    except BrokenProcessPool:
+                        results[key] = WorkerResult(key=key, status="failed", step="build",
+                                                    error="the worker process died (killed, or crashed in native code)")
+        finally:
+            stop.set()
+            reader.join(timeout=2)
+            while True:  # what arrived after the reader's last poll
+                try:
+                    events(channel.get_nowait())
+                except (queue.Empty, EOFError, OSError):
+                    break
+        return results

@@ -1,0 +1,103 @@
+"""What a built program is, as measured by the worker that built it: sizes, signatures, delegation,
+operators, and its agreement with eager PyTorch. Stored beside the .pte in the cache (facts.json);
+the driver judges it, packaging describes it in the runtime config, views show it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from deployc.plan.build_plan import DimPlan
+from deployc.core.pte import MethodFacts
+from deployc.core.records import Frozen
+
+FACTS_SCHEMA_VERSION = 1
+FACTS_FILE = "facts.json"
+PROGRAM_FILE = "program.pte"
+PROGRAM_DATA_FILE = "program.ptd"  # its external weights, when the plan keeps them outside the .pte
+
+
+def program_file(fmt: str = "pte") -> str:
+    """The program's name in a cache entry: program.pte, or program.tflite for LiteRT."""
+    return PROGRAM_FILE if fmt == "pte" else f"program.{fmt}"
+
+
+class SizeRange(Frozen):
+    """An output size that varies with the inputs' dims."""
+
+    min: int
+    max: int
+
+
+class TensorFacts(Frozen):
+    name: str
+    dtype: str
+    shape: list[int | str | SizeRange]  # a size, a dim's name (inputs), or a range (outputs)
+
+
+class Signature(Frozen):
+    inputs: list[TensorFacts]
+    outputs: list[TensorFacts]
+
+
+class Metrics(Frozen):
+    max_abs: float
+    cosine: float
+    sqnr_db: float
+
+
+class Summary(Frozen):
+    """The worst value of each metric over every output at every point."""
+
+    max_abs: float
+    min_cosine: float
+    min_sqnr_db: float
+
+
+class PointMetrics(Frozen):
+    method: str
+    dims: dict[str, int]
+    outputs: list[Metrics]
+
+
+class TokenParity(Frozen):
+    """Greedy generation from fixed prompts, program against eager."""
+
+    prompts: int
+    generated: int  # tokens per prompt
+    matched: int  # leading tokens equal to eager's, on the worst prompt
+
+
+class Measurement(Frozen):
+    status: Literal["measured", "error", "not-run"]
+    reason: str = ""
+    points: list[PointMetrics] = []
+    summary: Summary | None = None
+    tokens: TokenParity | None = None  # text-generation programs
+    latency_ms: float | None = None  # median of the middle point's forward, on this host
+    load_s: float | None = None
+
+
+class ProgramFacts(Frozen):
+    schema_version: int = FACTS_SCHEMA_VERSION
+    program_key: str
+    backend: str
+    quantization: str
+    format: Literal["pte", "tflite"] = "pte"
+    size_bytes: int
+    data_bytes: int = 0  # the .ptd beside it (weights: external)
+    dims: list[DimPlan]
+    signatures: dict[str, Signature]  # the exported methods (constant methods have none)
+    methods: dict[str, MethodFacts]  # every method of the program, constant methods included
+    delegates: dict[str, int]  # backend id -> delegate blobs
+    delegated_ops: int
+    total_ops: int
+    delegated_share: float
+    non_delegated_ops: list[str]
+    measurement: Measurement
+    durations_s: dict[str, float]
+    stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point
+
+    @property
+    def planned_memory_bytes(self) -> int:
+        """The largest arena any one method needs."""
+        return max((m.planned_memory_bytes for m in self.methods.values()), default=0)

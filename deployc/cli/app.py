@@ -1,0 +1,422 @@
+"""Command line. Commands parse their options and call the stages; `main` is the one error boundary."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from deployc.cli.console import Console
+from deployc.core.errors import DeploycError, UsageError, UserError
+
+try:  # typer vendors its own click from 0.22 on; older ones use the click package
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Declarative deployment compiler for on-device AI.")
+targets_app = typer.Typer(no_args_is_help=True, help="List and show target device profiles.")
+app.add_typer(targets_app, name="targets")
+native_app = typer.Typer(no_args_is_help=True, help="The C++ reference runner.")
+app.add_typer(native_app, name="native")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
+TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
+CacheOpt = Annotated[Optional[str], typer.Option(
+    "--cache-dir", help="cache directory or fsspec URL shared between machines (file://, s3://, gs://, ...); "
+                        "default: $DEPLOYC_CACHE_DIR or ~/.cache/deployc")]
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", help="show what torch, torchao and the ExecuTorch runtime print (otherwise it goes to log files)")]
+
+
+class ExecutorName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+@app.command()
+def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest files")]) -> None:
+    """Load and check manifests and the profiles they name. Builds nothing, imports no model code."""
+    from deployc.load.project import load_project
+
+    console = Console()
+    problems = []
+    for path in manifests:
+        try:
+            project = load_project(path)
+        except UserError as exc:
+            problems.extend(exc.diagnostics)
+            continue
+        m = project.manifest
+        console.result(f"{path}: ok ({m.name} {m.version}: {len(m.models)} model(s), "
+                       f"targets {', '.join(m.targets)})")
+    if problems:
+        raise UserError(problems)
+
+
+@app.command()
+def init(
+    model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
+    task: Annotated[Optional[str], typer.Option(
+        "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding "
+                       "or audio-embedding (default: what config.json's architectures say)")] = None,
+    targets: Annotated[list[str], typer.Option(
+        "--target", help="a target profile (repeatable; default: every profile `deployc targets list` shows)")] = [],  # noqa: B006
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="the manifest to write (default: <model name>.yaml here); never overwritten")] = None,
+) -> None:
+    """Write a starter manifest for a model directory that validates and builds as written."""
+    from deployc.plan.starter import make_starter, write_new
+    from deployc.plan.toolchain import detect
+
+    console = Console()
+    starter = make_starter(model_dir, out, task, targets, detect())
+    write_new(starter.path, starter.text)
+    schemes = ", ".join(f"{t}: {s}" for t, s in starter.schemes.items())
+    console.result(f"wrote {starter.path} ({starter.task}; {schemes})")
+    console.status(f"next: deployc plan {starter.path}, then deployc build {starter.path}")
+
+
+@app.command()
+def plan(
+    manifest: Path,
+    target: TargetOpt = None,
+    cache_dir: CacheOpt = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="save the plan to this file, for `deployc build --plan`")] = None,
+    dist: Annotated[Path, typer.Option(
+        "--dist", help="the output directory builds go to, to say which releases would change")] = Path("dist"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
+    from deployc.build.cache import open_cache, plan_status
+    from deployc.cli.views import render_plan
+    from deployc.core.cache_location import cache_spec
+    from deployc.load.project import load_project
+    from deployc.plan.build_plan import plan_json, save_plan
+    from deployc.plan.planner import make_plan
+    from deployc.plan.releases import release_status
+    from deployc.plan.toolchain import detect
+
+    console = Console(json_mode=json_out)
+    cache = open_cache(cache_spec(cache_dir))
+    build_plan = make_plan(load_project(manifest), detect(), target, cache.file_hashes())
+    if out is not None:
+        save_plan(build_plan, out)
+    status = plan_status(build_plan, cache)
+    releases = release_status(build_plan, dist)
+    if json_out:
+        console.document({"plan": plan_json(build_plan), "cache": status,
+                          "releases": [r.model_dump(mode="json") for r in releases]})
+        return
+    render_plan(console, build_plan, status, releases)
+    if out is not None:
+        console.status(f"plan saved to {out}; apply it with: deployc build --plan {out}")
+
+
+@app.command("build")
+def build_cmd(
+    manifest: Annotated[Optional[Path], typer.Argument(help="the manifest (or --plan)")] = None,
+    plan_file: Annotated[Optional[Path], typer.Option(
+        "--plan", help="apply this saved plan (deployc plan --out) instead of planning a manifest")] = None,
+    target: TargetOpt = None,
+    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("dist"),
+    jobs: Annotated[int, typer.Option("--jobs", min=0, help="parallel worker processes (0: one per core); with "
+                                      "--executor ray and no --ray-address, the local cluster's CPUs")] = 0,
+    cache_dir: CacheOpt = None,
+    executor: Annotated[ExecutorName, typer.Option(
+        "--executor", help="where units are built: worker processes here, or Ray tasks")] = ExecutorName.local,
+    ray_address: Annotated[Optional[str], typer.Option(
+        "--ray-address", help="Ray cluster to run on (default: $RAY_ADDRESS, else a local cluster for this build)")
+    ] = None,
+    json_out: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing release with other content")] = False,
+    check_reproducible: Annotated[bool, typer.Option(
+        "--check-reproducible", help="build again in a fresh process with an empty cache and compare bytes")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
+    from deployc.apply.apply_plan import apply, check_inputs
+    from deployc.build.cache import open_cache
+    from deployc.build.executors import make_executor
+    from deployc.cli.views import render_build
+    from deployc.core.cache_location import cache_spec
+    from deployc.core.errors import BuildError
+    from deployc.plan.build_plan import load_plan
+    from deployc.plan.toolchain import detect
+
+    if (manifest is None) == (plan_file is None):
+        raise UsageError("give a manifest or --plan PLAN_FILE (one of them)")
+    if plan_file is not None and target is not None:
+        raise UsageError("--target chooses what to plan; a saved plan has its targets already")
+    if ray_address and executor is not ExecutorName.ray:
+        raise UsageError("--ray-address needs --executor ray")
+    console = Console(json_mode=json_out, verbose=verbose)
+    runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address, verbose)
+    toolchain = detect()
+    cache = open_cache(cache_spec(cache_dir))
+    if plan_file is not None:
+        build_plan = load_plan(plan_file)
+        check_inputs(build_plan, toolchain, plan_file, cache.file_hashes())
+        what = ["--plan", str(plan_file)]
+    else:
+        from deployc.load.project import load_project
+        from deployc.plan.planner import make_plan
+
+        assert manifest is not None
+        build_plan = make_plan(load_project(manifest), toolchain, target, cache.file_hashes())
+        what = [str(manifest), *(["--target", target] if target else [])]
+    with console.progress() as events:
+        report = apply(build_plan, out, cache, runner, force=force, events=events, say=console.status,
+                       warn=console.warn)
+    if check_reproducible and not report.failed:
+        from deployc.cli.reproducibility import rebuild_and_compare
+
+        console.status("checking reproducibility: a second build in a fresh process with an empty cache")
+        differences = rebuild_and_compare(what, report.bundles)
+        report = report.model_copy(update={"reproducible": not differences, "differences": differences})
+    if json_out:
+        console.document(report.to_json())
+    else:
+        render_build(console, report)
+    if report.failed:
+        raise BuildError(f"{len(report.failed)} of {len(report.units)} unit(s) failed")
+    if report.differences:
+        raise BuildError(f"the second build differs in {len(report.differences)} file(s)")
+
+
+@app.command()
+def inspect(path: Path, json_out: JsonOpt = False,
+            self_test: Annotated[bool, typer.Option(
+                "--self-test", help="also run every program on the bundle's self-test vectors (exit 1 on a miss)",
+            )] = False) -> None:
+    """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
+    import tempfile
+
+    from deployc.cli.views import render_inspect, render_pte
+    from deployc.core.errors import BuildError
+    from deployc.core.library_output import captured
+    from deployc.packaging.inspection import (
+        check_bundle,
+        describe_bundle,
+        describe_pte,
+        open_bundle,
+    )
+
+    console = Console(json_mode=json_out)
+    if not path.exists():
+        raise UserError.at(path, "no such file or directory")
+    if path.is_file() and path.suffix == ".pte":
+        with captured(_library_log("inspect"), f"deployc inspect {path}"):  # reading it imports torch
+            pte = describe_pte(path)
+        if json_out:
+            console.document(pte)
+            return
+        render_pte(console, pte)
+        return
+    with tempfile.TemporaryDirectory(prefix="deployc-inspect-") as scratch_dir:
+        scratch = tempfile.TemporaryDirectory(dir=scratch_dir)
+        folder = open_bundle(path, scratch)
+        check = check_bundle(folder)
+        info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
+        info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
+        if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
+            from deployc.runtime.self_test import run_self_test
+
+            with captured(_library_log("inspect"), f"deployc inspect --self-test {path}"):
+                info["self_test"] = [r.model_dump(mode="json") for r in run_self_test(folder)]
+        if json_out:
+            console.document(info)
+        else:
+            render_inspect(console, info)
+    if not check.ok:
+        raise BuildError(f"{path}: {len(check.problems)} mismatch(es) against bundle.lock.json")
+    failed = [r["program"] for r in info.get("self_test", []) if r["status"] == "failed"]
+    if failed:
+        raise BuildError(f"{path}: self-test failed for {', '.join(failed)}: the programs do not compute what the "
+                         "build verified")
+
+
+@app.command()
+def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
+    """What changed between two bundles (directories or archives)."""
+    import tempfile
+
+    from deployc.cli.views import render_diff
+    from deployc.packaging.bundle_diff import diff_bundles
+    from deployc.packaging.inspection import open_bundle
+
+    console = Console(json_mode=json_out)
+    for p in (a, b):
+        if not p.exists():
+            raise UserError.at(p, "no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="deployc-diff-") as scratch_dir:
+        fa = open_bundle(a, tempfile.TemporaryDirectory(dir=scratch_dir))
+        fb = open_bundle(b, tempfile.TemporaryDirectory(dir=scratch_dir))
+        result = diff_bundles(fa, fb)
+    result["a"], result["b"] = str(a), str(b)
+    if json_out:
+        console.document(result)
+        return
+    render_diff(console, result)
+
+
+@app.command()
+def run(
+    bundle: Path,
+    inputs: Annotated[list[str], typer.Option("--input", help="pipeline input NAME=VALUE (repeatable)")] = [],  # noqa: B006
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Execute a bundle's pipeline on this host, from the bundle alone."""
+    from deployc.cli.views import render_run
+    from deployc.core.layout import RUNTIME_JSON
+    from deployc.core.library_output import captured
+    from deployc.runtime.pipeline_runner import Bundle, jsonable
+
+    console = Console(json_mode=json_out, verbose=verbose)
+    if not (bundle / RUNTIME_JSON).is_file():
+        raise UserError.at(bundle, f"not a bundle directory (no {RUNTIME_JSON})")
+    values = {}
+    for item in inputs:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UserError.at(bundle, f"--input {item!r}: expected NAME=VALUE")
+        values[name] = value
+    with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
+        result = Bundle(bundle).run(values)
+    if json_out:
+        console.document(jsonable(result))
+        return
+    render_run(console, result)
+
+
+@native_app.command("build")
+def native_build(build_dir: Annotated[Path, typer.Option("--build-dir", help="CMake build directory")] = Path(
+        "native/build")) -> None:
+    """Configure and build the C++ reference runner (native/) against the installed executorch wheel."""
+    from deployc.runtime.native_build import build_runner
+
+    console = Console()
+    runner = build_runner(build_dir, console.status)
+    console.result(f"built {runner}")
+
+
+@native_app.command("qnn-env")
+def native_qnn_env() -> None:
+    """Print, as shell exports, what the runner needs to run QNN programs on this host's HTP emulator."""
+    import shlex
+
+    from deployc.targets.backends.qnn_host import environment
+
+    console = Console()
+    for name, value in environment().items():
+        console.result(f"export {name}={shlex.quote(value)}")
+
+
+@targets_app.command("list")
+def targets_list(json_out: JsonOpt = False) -> None:
+    """Profiles on the search path: ./targets and its ancestors', DEPLOYC_TARGETS_PATH, then the built-in ones."""
+    from deployc.cli.views import render_profiles
+    from deployc.targets.profile import profile_origins
+
+    console = Console(json_mode=json_out)
+    found = profile_origins(Path.cwd())
+    if json_out:
+        console.document({name: {"path": str(p), "from": origin} for name, (p, origin) in found.items()})
+        return
+    render_profiles(console, found)
+
+
+@targets_app.command("show")
+def targets_show(name: str, json_out: JsonOpt = False) -> None:
+    """A profile after inheritance."""
+    from deployc.cli.views import render_profile
+    from deployc.targets.profile import load_profile, search_path
+
+    console = Console(json_mode=json_out)
+    loaded = load_profile(name, Path.cwd(), search_path(Path.cwd()))
+    data = loaded.profile.model_dump(mode="json", by_alias=True)
+    if json_out:
+        console.document(data)
+        return
+    render_profile(console, loaded)
+
+
+@app.command()
+def schema(out: Annotated[Path, typer.Option(help="directory to write the schemas to")] = Path("schemas")) -> None:
+    """Write JSON Schemas of the manifest and the profile (for editors)."""
+    from deployc.load.json_schemas import write_schemas
+
+    console = Console()
+    for path in write_schemas(out):
+        console.result(f"wrote {path}")
+
+
+def _library_log(command: str) -> Path:
+    """Where what torch and the ExecuTorch runtime print during `command` goes: the local cache's logs."""
+    from deployc.core.cache_location import cache_spec, local_root
+
+    return local_root(cache_spec(None)) / "logs" / f"{command}.log"
+
+
+def _usage_lines(exc: Any) -> list[str]:
+    """A usage error as click would show it: the usage line, where to get help, the problem."""
+    ctx = getattr(exc, "ctx", None)
+    lines = []
+    if ctx is not None:
+        lines.append(ctx.get_usage())
+        lines.append(f"Try '{ctx.command_path} --help' for help.")
+    lines.append(f"error: {exc.format_message()}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    console = Console()
+    try:
+        result = app(args=args, prog_name="deployc", standalone_mode=False)
+        return result if isinstance(result, int) else 0  # --help and no-argument runs return their exit code
+    except DeploycError as exc:
+        if debug:
+            traceback.print_exc()
+        console.error_lines(exc.lines())
+        return exc.exit_code
+    except click_exceptions.UsageError as exc:  # unknown option, missing argument, bad value
+        if exc.format_message():  # no arguments at all: the help was printed, nothing more to say
+            console.error_lines(_usage_lines(exc))
+        return 2
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except SystemExit as exc:  # rich on a closed pipe (`deployc --help | head`)
+        return exc.code if isinstance(exc.code, int) else 1
+    except OSError as exc:  # disk full, permissions, a vanished file: the user's environment, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.error_lines([f"error: {where}{exc.strerror or exc}",
+                             "    hint: check free space and permissions; finished outputs were left as they were"])
+        return 1
+    except click_exceptions.ClickException as exc:
+        console.error_lines([f"error: {exc.format_message()}"])
+        return exc.exit_code
+    except (KeyboardInterrupt, typer.Abort):
+        console.error_lines(["interrupted"])
+        return 130
+    except Exception as exc:  # the boundary: a bug must still exit cleanly with code 3
+        if debug:
+            traceback.print_exc()
+        console.error_lines([f"internal error: {type(exc).__name__}: {exc}",
+                             "    hint: rerun with --debug for the traceback, and please report it"])
+        return 3
+
+
+def entry() -> None:
+    """The `deployc` console script."""
+    sys.exit(main())

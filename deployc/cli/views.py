@@ -1,0 +1,236 @@
+"""How results look to people: the tables and lines the commands print through the Console.
+(--json output is the data itself and needs no view.)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from deployc.cli.console import Console
+from deployc.core.sizes import format_size
+
+if TYPE_CHECKING:
+    from deployc.build.results import BuildReport
+    from deployc.plan.build_plan import BuildPlan
+    from deployc.plan.releases import ReleaseStatus
+    from deployc.targets.profile import LoadedProfile, Origin
+
+
+def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
+                releases: list[ReleaseStatus]) -> None:
+    from deployc.plan.releases import EXPLAIN
+
+    m = build_plan.manifest
+    console.result(f"{m.name} {m.version}: {len(build_plan.units())} unit(s), "
+                   f"{len(build_plan.programs())} distinct program(s)")
+    table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
+    skipped: list[str] = []
+    for u in build_plan.units():
+        dims = ", ".join(f"{d.name}={d.min}" if d.min == d.max else f"{d.name}={d.min}..{d.max}"
+                         + (f" (x{d.multiple_of})" if d.multiple_of > 1 else "")
+                         for d in u.export.dims) or "static"
+        table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
+                      u.quantization, dims, status[u.program_key], u.program_key[:12])
+        skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
+        if u.fallbacks:
+            skipped.append(f"  {u.model} on {u.target}: if {u.unit} ({u.backend}) cannot build it: "
+                           + ", then ".join(f"{f.unit} ({f.backend})" for f in u.fallbacks))
+    console.table(table)
+    for line in skipped:
+        console.result(line)
+    for key, u in build_plan.programs().items():
+        console.result(f"  program {key[:12]} ({u.model}, {u.backend}): {u.quantize.description}")
+    shown: set[str] = set()
+    for u in build_plan.units():
+        if u.load.derived and u.model not in shown:
+            shown.add(u.model)
+            tensors = ", ".join(f"{i.name} {i.dtype}[{', '.join(map(str, i.shape))}]" for i in u.export.inputs)
+            c = u.lower.constants
+            generation = (f"; KV cache of {u.load.context} positions, bos {c.get('bos_id', '-')}, eos "
+                          f"{c.get('eos_ids', [])}" if u.load.context else "")
+            console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
+                           f"(task {u.load.task}): {tensors}{generation}")
+    for u in build_plan.units():
+        budget = u.budget
+        limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
+        if budget.estimate_bytes is not None and limit is not None and budget.estimate_bytes > limit:
+            console.warn(f"{u.model} on {u.target} ({u.unit}): weights alone are estimated at "
+                         f"{format_size(budget.estimate_bytes)} from `params`, over the unit's "
+                         f"{format_size(limit)} budget; the build will check the real size")
+    for t in build_plan.targets:
+        for a in t.assets:
+            if a.kind == "vector_index":
+                console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
+                               f"({status[a.key]}, {a.key[:12]})")
+    used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})
+    for name in used:
+        a = build_plan.toolchain.backends[name]
+        if a.source or not a.usable:
+            facts = ", ".join(f"{k} {v[:12] if k == 'compat_layer' else v}" for k, v in a.facts.items()
+                              if k != "libraries")
+            console.result(f"  toolchain {name}: " + (f"{a.source}" + (f" ({facts})" if facts else "")
+                                                     if a.usable else f"not usable here: {a.reason}"))
+    for r in releases:
+        files = f": {', '.join(r.files)}" if r.files else ""
+        console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
+
+
+def render_build(console: Console, report: BuildReport) -> None:
+    table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
+                  "latency")
+    for r in report.units:
+        f, v = r.facts, r.verification
+        vtext: str = v.status if v else "-"
+        if v and v.metrics:
+            vtext += f" (cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB)"
+        if v and v.tokens:
+            vtext += f", tokens {v.tokens.matched}/{v.tokens.generated}"
+        latency = f.measurement.latency_ms if f else None
+        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
+                      r.status, format_size(f.size_bytes) if f else "-",
+                      format_size(f.planned_memory_bytes) if f and f.format == "pte" else "-",
+                      f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", vtext,
+                      f"{latency:.2f} ms" if latency is not None else "-")
+    console.table(table)
+    for r in report.failed:
+        assert r.failure is not None
+        where = f"{r.failure.at}: error: " if r.failure.at else ""
+        console.result(f"{where}FAILED {r.unit.model} on {r.unit.target} ({r.unit.unit}) at {r.failure.step}: "
+                       f"{r.failure.error}")
+        if r.failure.log:
+            console.result(f"  what the libraries printed: {r.failure.log}")
+    for r in report.units:
+        for f in r.fallbacks:
+            console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {f.unit} ({f.backend}) failed at "
+                           f"{f.step}: {f.error}; " + (f"built on unit {r.unit.unit} ({r.unit.backend}) instead"
+                                                        if r.status != "failed" else
+                                                        f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
+                                                        "failed too"))
+    for r in report.units:
+        if r.verification and r.verification.status == "not-run":
+            console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
+    for t, b in report.bundles.items():
+        console.result(f"bundle {t}: {b.dir}  ({b.archive})")
+    for t, why in report.bundles_not_written.items():
+        console.result(f"no bundle for {t}: {why}")
+    if report.differences is not None:
+        console.result("reproducible: byte-identical" if report.reproducible else "NOT reproducible:")
+        for line in report.differences:
+            console.result(f"  {line}")
+
+
+def render_inspect(console: Console, info: dict[str, Any]) -> None:
+    if "bundle" in info:
+        b = info["bundle"]
+        console.result(f"{info['path']}: {b['name']} {b['version']} for {b['target']} "
+                       f"({info['device'].get('soc', '?')}), {format_size(info['total_bytes'])}")
+        table = Table("program", "unit", "backend", "quant", "size", "method", "inputs", "outputs", "planned mem",
+                      "delegates", "verification")
+        for p in info["programs"]:
+            v = p["verification"]
+            vtext = v["status"] + (f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else "")
+            if v.get("tokens_generated"):
+                vtext += f", tokens {v['tokens_matched']}/{v['tokens_generated']}"
+            for m in p["methods"]:
+                shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
+                    str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
+                    + (f" (x{d['multiple_of']})" if d.get("multiple_of", 1) > 1 else "")
+                    for d in t["shape"]) + "]"
+                litert = p.get("format") == "tflite"  # LiteRT plans its own memory; its delegate is a requirement
+                table.add_row(p["name"], p["unit"], p["backend"] + (" (.tflite)" if litert else ""), p["quantization"],
+                              format_size(p["size_bytes"]), m["name"], " ".join(shape(t) for t in m["inputs"]),
+                              " ".join(shape(t) for t in m["outputs"]),
+                              "-" if litert else format_size(m["planned_memory_bytes"]),
+                              ", ".join(m["delegates"]) or "-", vtext)
+        console.table(table)
+        for p in info["programs"]:
+            if p.get("requirements"):
+                console.result(f"  {p['name']} needs on the device: "
+                               + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
+            for m in p["methods"]:
+                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators']) or '- (all delegated)'}")
+    if info.get("bytes_by_kind"):
+        console.table(_byte_kinds_table(info["bytes_by_kind"]))
+    console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
+    for problem in info["problems"]:
+        console.result(f"  {problem}")
+    if "self_test" in info:
+        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "tolerance", "why")
+        for r in info["self_test"]:
+            s = r["summary"]
+            table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
+                          f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
+                          f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB", r["reason"] or "-")
+        console.table(table)
+
+
+def _byte_kinds_table(kinds: dict[str, dict[str, int]]) -> Table:
+    """Where each program's bytes go (packaging/program_bytes.py says how they are told apart)."""
+    table = Table("program", "quantized weights", "float weights", "scales", "graph and other")
+    for name, k in kinds.items():
+        total = sum(k.values()) or 1
+        table.add_row(name, *(f"{format_size(k[f])} ({k[f] / total:.0%})"
+                              for f in ("quantized_weights", "float_weights", "scales", "other")))
+    return table
+
+
+def render_pte(console: Console, info: dict[str, Any]) -> None:
+    console.result(f"{info['path']}: ExecuTorch program, {format_size(info['size_bytes'])}, constants "
+                   f"{format_size(info['constant_bytes'])}, delegate segments {format_size(info['segment_bytes'])}")
+    console.table(_byte_kinds_table({Path(info["path"]).name: info["bytes_by_kind"]}))
+    for m in info["methods"]:
+        console.result(f"  {m['name']}: {m['inputs']} input(s), {m['outputs']} output(s), planned memory "
+                       f"{format_size(m['planned_memory_bytes'])}, delegates {', '.join(m['delegates']) or '-'}")
+        console.result(f"    operators: {', '.join(m['operators']) or '-'}")
+
+
+def render_diff(console: Console, result: dict[str, Any]) -> None:
+    if result["identical"]:
+        console.result("identical")
+        return
+    for f in result["files"]:
+        console.result(f"{f['change']:>8}  {f['file']}  {f['size_a']} -> {f['size_b']}")
+    for p in result["programs"]:
+        for k, (va, vb) in p["changes"].items():
+            console.result(f"  {p['program']}.{k}: {va} -> {vb}")
+
+
+def render_run(console: Console, result: dict[str, Any]) -> None:
+    for name, value in result["outputs"].items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "text" in value[0]:
+            console.result(f"{name}:")
+            for c in value:
+                console.result(f"  [{c['score']:.3f}] {c['source']}: {c['text'][:100]}")
+        else:
+            console.result(f"{name}: {value}")
+    console.result(f"program load: {result['load_ms']:.0f} ms; stage latency: "
+                   + ", ".join(f"{k} {v:.1f} ms" for k, v in result["latency_ms"].items()))
+    if g := result.get("generation"):
+        console.result(f"generation: first token {g['first_token_ms']:.1f} ms after the stage began "
+                       f"({g['prompt_tokens']} prompt tokens), then {g['per_token_ms']:.2f} ms per token, "
+                       f"{g['tokens']} tokens")
+
+
+def render_profiles(console: Console, found: dict[str, tuple[Path, Origin]]) -> None:
+    table = Table("profile", "from", "file")
+    for name, (path, origin) in found.items():
+        table.add_row(name, origin, str(path))
+    console.table(table)
+
+
+def render_profile(console: Console, loaded: LoadedProfile) -> None:
+    p = loaded.profile
+    console.result(f"{p.name}: {p.description}".rstrip(": "))
+    console.result(f"  from: {' <- '.join(str(f) for f in loaded.files)}")
+    console.result(f"  device: {p.device.soc}, {p.device.os}, {p.device.abi}")
+    table = Table("unit", "backend", "quantization", "threads", "budgets")
+    for u in p.units:
+        budgets = u.budgets.model_dump(exclude_none=True) if u.budgets else {}
+        table.add_row(u.name, u.backend, ", ".join(u.quantization), str(u.threads or "-"),
+                      ", ".join(f"{k}={format_size(v)}" for k, v in budgets.items()) or "-")
+    console.table(table)
+    overall = ", ".join(f"{k}={format_size(v)}" for k, v in p.budgets.model_dump(exclude_none=True).items())
+    console.result(f"  budgets: {overall or '-'}; fallback: {p.fallback}")

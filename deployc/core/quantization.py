@@ -1,0 +1,58 @@
+"""The quantization vocabulary and the recipe record: one table that the schema, the planner and the
+docs read. Pure data; no torch. Each backend module says which schemes it builds and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from deployc.core.records import Frozen
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    weight_bits: int
+    grouped: bool  # takes `group_size`
+    calibrated: bool  # needs calibration samples (static activation ranges)
+    min_cosine: float  # default verification tolerances against fp32 eager
+    min_sqnr_db: float
+
+
+SCHEMES: dict[str, Scheme] = {
+    s.name: s
+    for s in (
+        Scheme("fp32", 32, False, False, 0.9999, 60.0),
+        Scheme("fp16", 16, False, False, 0.999, 35.0),
+        Scheme("8w", 8, False, False, 0.995, 25.0),
+        Scheme("4w", 4, True, False, 0.98, 12.0),
+        Scheme("8da8w", 8, False, False, 0.99, 20.0),
+        Scheme("8da4w", 4, True, False, 0.98, 12.0),
+        Scheme("w8a8", 8, False, True, 0.99, 20.0),
+        Scheme("16a8w", 8, False, True, 0.99, 20.0),
+        Scheme("16a4w", 4, True, True, 0.98, 12.0),
+    )
+}
+
+SchemeName = Literal["fp32", "fp16", "8w", "4w", "8da8w", "8da4w", "w8a8", "16a8w", "16a4w"]
+
+DEFAULT_GROUP_SIZE = 32
+DEFAULT_CALIBRATION_SAMPLES = 8
+
+# How a scheme is applied: not at all, torchao's quantize_ before export, PT2E around export, or by the
+# backend's own converter (LiteRT's quantization recipes).
+Method = Literal["none", "torchao", "pt2e", "converter"]
+
+
+class Recipe(Frozen):
+    """What the build does to quantize one model for one backend; the backend module turns it into
+    the real torchao config or PT2E quantizer (and describes it in the same place)."""
+
+    scheme: SchemeName
+    method: Method
+    group_size: int | None = None
+    embedding_bits: int | None = None  # embedding tables quantized to this many bits (weight-only); None: float
+    calibration_samples: int | None = None
+    calibration_seed: int | None = None
+    calibration_dataset: str | None = None  # relative to the manifest
+    calibration_dataset_sha256: str | None = None

@@ -1,0 +1,481 @@
+"""The manifest schema (apiVersion deployc/v1) and its loader.
+
+Structure is checked by pydantic; cross-references (dims, targets, overrides) by `check_references`,
+so that a user sees every problem at once, each pointing at its own line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+
+from deployc.core.errors import Diagnostic, ManifestError
+from deployc.core.quantization import DEFAULT_CALIBRATION_SAMPLES, SCHEMES, SchemeName
+from deployc.core.records import Frozen, Identifier
+from deployc.core.yaml_io import Document
+from deployc.load.diagnostics import closest, diagnostics_from
+
+API_VERSION = "deployc/v1"
+
+Dtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
+
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_FACTORY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Checkpoint(Frozen):
+    path: str = Field(description="weights file, relative to the manifest's folder")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="lowercase hex sha256 of the file; checked before use")
+
+
+class Source(Frozen):
+    """Where the model comes from: a Python factory, or a Hugging Face model directory (one of them)."""
+
+    factory: str | None = Field(default=None, description="'module:callable' returning a torch.nn.Module; module "
+                                                           "looked up in the manifest's folder first, then on the "
+                                                           "Python path")
+    huggingface: str | None = Field(default=None, description="a Hugging Face model directory (config.json, "
+                                                              "*.safetensors), relative to the manifest; the "
+                                                              "model's `task` picks the model class")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+    checkpoint: Checkpoint | None = Field(default=None, description="weights loaded over the model's: a "
+                                                                    "torch.save'd state dict or a .safetensors file")
+    trust_remote_code: bool = Field(default=False, description="always refused: deployc never runs code from a "
+                                                               "model directory")
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_form(cls, v: str | None) -> str | None:
+        if v is not None and not _FACTORY.match(v):
+            raise ValueError(f"{v!r} is not of the form 'package.module:callable'")
+        return v
+
+
+class InputSpec(Frozen):
+    shape: list[Annotated[int, Field(ge=1)] | Identifier] = Field(
+        description="sizes: positive integers, or names of dims declared under `dims`")
+    dtype: Dtype = "float32"
+    range: tuple[float, float] | None = Field(
+        default=None, description="[low, high] of generated example and calibration values "
+                                  "(integers: both inclusive)")
+    fill: Literal["random", "arange"] = Field(
+        default="random", description="random values within `range`, or 0, 1, 2, ... along the last dim "
+                                      "(positions, e.g. an LLM's input_pos)")
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"range low {v[0]} is greater than high {v[1]}")
+        return v
+
+
+class DimSpec(Frozen):
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)]
+    multiple_of: Annotated[int, Field(ge=2)] | None = Field(
+        default=None, description="the dim takes only multiples of this within [min, max] (a model that splits "
+                                  "it into blocks); exported as multiple_of * a smaller dim")
+
+    def bounds(self) -> tuple[int, int]:
+        """The smallest and largest size the dim takes: min and max, rounded inwards to multiples."""
+        k = self.multiple_of or 1
+        return -(-self.min // k) * k, self.max // k * k
+
+    def under(self, model_dim: "DimSpec") -> "DimSpec":
+        """This override of `model_dim`: a constraint of the model's (multiple_of) holds unless restated."""
+        if self.multiple_of is not None or model_dim.multiple_of is None:
+            return self
+        return self.model_copy(update={"multiple_of": model_dim.multiple_of})
+
+
+def _scheme_shorthand(v: Any) -> Any:
+    return {"scheme": v} if isinstance(v, str) else v
+
+
+class Calibration(Frozen):
+    samples: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=DEFAULT_CALIBRATION_SAMPLES, description="random samples within the inputs' ranges")
+    seed: int = 0
+    dataset: str | None = Field(default=None, description="instead of random samples: a torch.save'd list of "
+                                                          "samples (each a list of tensors in input order), "
+                                                          "relative to the manifest")
+
+
+class QuantSpec(Frozen):
+    scheme: SchemeName
+    group_size: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="weights per quantization group (4w, 8da4w, 16a4w); default 32")
+    calibration: Calibration | None = Field(
+        default=None, description="calibration inputs for static schemes (w8a8, 16a8w, 16a4w)")
+    embeddings: bool = Field(
+        default=True, description="quantize embedding tables too, where the backend has quantized embedding "
+                                  "kernels (XNNPACK 8da8w: int8 per row; 8da4w: int4 in groups); false keeps "
+                                  "them float")
+
+
+Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
+
+
+# Greedy tokens generated from each fixed prompt when a text-generation program is verified.
+GENERATION_TOKENS = 8
+
+
+class VerifySpec(Frozen):
+    min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
+    min_sqnr_db: float | None = None
+    max_abs: Annotated[float, Field(ge=0.0)] | None = None
+    tokens: Annotated[int, Field(ge=0, le=GENERATION_TOKENS)] | None = Field(
+        default=None, description="text-generation models: how many leading greedy tokens must equal eager "
+                                  f"PyTorch's on the fixed prompts (0-{GENERATION_TOKENS}; {GENERATION_TOKENS} are "
+                                  "always measured and reported; default 0 requires none)")
+    enabled: bool = True
+
+
+class Override(Frozen):
+    """What a target may change about a model."""
+
+    quantization: Quantization | None = None
+    unit: Identifier | None = Field(default=None, description="pin the model to this compute unit")
+    verify: VerifySpec | None = None
+    dims: dict[Identifier, DimSpec] = Field(
+        default_factory=dict, description="this target's range for some of the model's dims; min = max makes "
+                                          "the dim static (NPUs need static shapes)")
+
+
+class OutputSpec(Frozen):
+    shape: list[Annotated[int, Field(ge=1)] | Identifier]
+    dtype: Dtype = "float32"
+
+
+Constant = int | float | bool | list[int] | list[float]
+
+
+class MethodSpec(Frozen):
+    """A further method of the same program (e.g. encode_image beside forward), sharing weights and dims."""
+
+    function: Identifier | None = Field(default=None, description="the model's method to export; default: "
+                                                                    "the method's own name")
+    inputs: dict[Identifier, InputSpec] = Field(min_length=1)
+    outputs: dict[Identifier, OutputSpec] = Field(default_factory=dict)
+
+
+Task = Literal["embedding", "text-generation", "classification", "text-classification", "image-classification",
+               "image-embedding", "audio-embedding", "other"]
+
+
+class ModelSpec(Frozen):
+    source: Source
+    task: Task = Field(default="other", description="what the model does: pipelines check that stages use fitting "
+                                                    "models, and a Hugging Face source builds the matching model "
+                                                    "class and derives its inputs")
+    inputs: dict[Identifier, InputSpec] = Field(
+        default_factory=dict, description="named example inputs, in call order; derived from a Hugging Face "
+                                          "directory's config when left out")
+    outputs: dict[Identifier, OutputSpec] = Field(
+        default_factory=dict, description="named outputs in return order; required for models used in a pipeline")
+    dims: dict[Identifier, DimSpec] = Field(default_factory=dict, description="symbolic (dynamic) dims")
+    methods: dict[Identifier, MethodSpec] = Field(
+        default_factory=dict, description="further methods compiled into the same program, beside forward")
+    constants: dict[Identifier, Constant] = Field(
+        default_factory=dict, description="metadata compiled into the program as constant methods get_<name> "
+                                          "(e.g. vocab_size, max_seq_len, eos_ids)")
+    quantization: Quantization = Field(default_factory=lambda: QuantSpec(scheme="fp32"))
+    verify: VerifySpec = Field(default_factory=VerifySpec)
+    params: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="parameter count, for a plan-time size estimate")
+    seed: int = Field(default=0, description="seed for weights' init and example inputs")
+    weights: Literal["embedded", "external"] = Field(
+        default="embedded", description="embedded: weights inside the .pte; external: in a <model>.ptd data file "
+        "beside it (ExecuTorch named data), stored once per bundle when programs share identical weights")
+    overrides: dict[str, Override] = Field(default_factory=dict, description="per target name")
+
+
+ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+
+
+# ---- pipeline: a dataflow graph of model calls and built-in ops (checked in deployc.pipeline.checks) ----
+
+class PipelineInput(Frozen):
+    type: Literal["text", "image", "audio"] = Field(
+        default="text", description="text: a string; image: a PNG or JPEG file; audio: a WAV file (given as a path)")
+
+
+class TokenizerAsset(Frozen):
+    """A Hugging Face tokenizer.json or a SentencePiece .model: a file next to the manifest, or a file
+    inside an installed package (found without importing the package)."""
+
+    path: str | None = Field(default=None, description="relative to the manifest's folder")
+    package: str | None = Field(default=None, description="installed Python package that ships the file")
+    file: str | None = Field(default=None, description="path of the file inside `package`")
+    huggingface: str | None = Field(default=None, description="a Hugging Face model directory holding "
+                                                              "tokenizer.json, relative to the manifest")
+
+    def is_sentencepiece(self) -> bool:
+        """A SentencePiece model file (`.model`) rather than a tokenizer.json."""
+        return (self.path or self.file or "").endswith(".model")
+
+
+class Chunking(Frozen):
+    words: Annotated[int, Field(ge=8, le=2000)] = 80
+    overlap: Annotated[int, Field(ge=0)] = 20
+
+
+class IndexAsset(Frozen):
+    corpus: str = Field(description="glob of UTF-8 text files (or of PNG/JPEG images, with `image`), relative "
+                                    "to the manifest's folder")
+    model: str = Field(description="the embedding model that embeds every chunk (its built program is used)")
+    tokenizer: str | None = Field(default=None, description="tokenizer asset that prepares text chunks for `model`")
+    image: str | None = Field(default=None, description="an image index: the pipeline's image stage whose "
+                              "preprocessing prepares every corpus image for `model` (one entry per image)")
+    chunking: Chunking = Field(default_factory=Chunking)
+
+
+class _Stage(Frozen):
+    name: Identifier
+
+
+class ModelStage(_Stage):
+    op: Literal["model"]
+    model: str
+    method: str = "forward"
+    inputs: dict[Identifier, str] = Field(description="model input name -> 'stage.port' or a pipeline input")
+
+
+class TokenizeStage(_Stage):
+    op: Literal["tokenize"]
+    tokenizer: str
+    input: str
+    max_length: Annotated[int, Field(ge=2, le=100_000)] = 128
+
+
+class VectorSearchStage(_Stage):
+    op: Literal["vector_search"]
+    index: str
+    query: str
+    top_k: Annotated[int, Field(ge=1, le=1000)] = 3
+
+
+class TemplateStage(_Stage):
+    op: Literal["template"]
+    template: str = Field(description="text with {name} placeholders, one per entry of `inputs`")
+    inputs: dict[Identifier, str] = Field(default_factory=dict)
+
+
+class GenerateStage(_Stage):
+    op: Literal["generate"]
+    model: str
+    tokenizer: str
+    prompt: str
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    temperature: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    seed: int = 0
+    stop: list[str] = Field(default_factory=list, description="stop strings, besides the model's eos_ids")
+
+
+class Resize(Frozen):
+    """Resize to a fixed size, or the shorter side to `shortest_edge` (aspect ratio kept)."""
+
+    shortest_edge: Annotated[int, Field(ge=1, le=8192)] | None = None
+    height: Annotated[int, Field(ge=1, le=8192)] | None = None
+    width: Annotated[int, Field(ge=1, le=8192)] | None = None
+    filter: Literal["bilinear", "bicubic"] = "bicubic"
+
+
+class Crop(Frozen):
+    height: Annotated[int, Field(ge=1, le=8192)]
+    width: Annotated[int, Field(ge=1, le=8192)]
+
+
+class ImageStage(_Stage):
+    """Decode an image file and turn it into a model's pixel tensor: decode -> resize -> center crop ->
+    rescale -> normalize -> layout. Fields left out come from `preprocessor` when given."""
+
+    op: Literal["image"]
+    input: str = Field(description="a pipeline input of type image")
+    preprocessor: str | None = Field(default=None, description="a Hugging Face preprocessor_config.json (relative "
+                                     "to the manifest) whose resize, crop, rescale and normalize settings are used")
+    resize: Resize | None = None
+    crop: Crop | None = None
+    rescale: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+        default=None, description="factor the 0-255 pixel values are multiplied by (1/255 when left out)")
+    mean: Annotated[list[float], Field(min_length=3, max_length=3)] | None = None
+    std: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=3, max_length=3)] | None = None
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+
+
+class AudioStage(_Stage):
+    """Decode a WAV file into log-mel features: decode -> resample -> pad or trim -> log-mel (Whisper's
+    recipe). Fields left out come from `preprocessor` when given."""
+
+    op: Literal["audio"]
+    input: str = Field(description="a pipeline input of type audio")
+    preprocessor: str | None = Field(default=None, description="a Hugging Face preprocessor_config.json (a "
+                                     "Whisper-style feature extractor), relative to the manifest")
+    sample_rate: Annotated[int, Field(ge=1000, le=192_000)] | None = None
+    n_fft: Annotated[int, Field(ge=16, le=8192)] | None = None
+    hop_length: Annotated[int, Field(ge=1, le=8192)] | None = None
+    n_mels: Annotated[int, Field(ge=1, le=512)] | None = None
+    seconds: Annotated[float, Field(gt=0.0, le=600.0)] | None = Field(
+        default=None, description="the clip is cut or zero-padded to this length")
+    fmin: Annotated[float, Field(ge=0.0)] = 0.0
+    fmax: Annotated[float, Field(gt=0.0)] | None = Field(default=None, description="sample_rate / 2 when left out")
+
+
+class SimilarityStage(_Stage):
+    """Cosine or dot product of one embedding `a` [1, D] against every row of `b` [N, D]."""
+
+    op: Literal["similarity"]
+    a: str
+    b: str
+    metric: Literal["cosine", "dot"] = "cosine"
+    top_k: Annotated[int, Field(ge=1, le=1000)] = 1
+
+
+Stage = Annotated[ModelStage | TokenizeStage | VectorSearchStage | TemplateStage | GenerateStage | ImageStage
+                  | AudioStage | SimilarityStage, Field(discriminator="op")]
+
+
+class Pipeline(Frozen):
+    inputs: dict[Identifier, PipelineInput] = Field(min_length=1)
+    outputs: dict[Identifier, str] = Field(min_length=1, description="name -> 'stage.port'")
+    stages: list[Stage] = Field(min_length=1)
+    tokenizers: dict[Identifier, TokenizerAsset] = Field(default_factory=dict)
+    indexes: dict[Identifier, IndexAsset] = Field(default_factory=dict)
+
+
+class Manifest(Frozen):
+    api_version: Literal["deployc/v1"] = Field(alias="apiVersion")
+    name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="[a-z0-9-]+")
+    version: str = Field(description="semantic version of the bundle, e.g. 1.0.0")
+    description: str = ""
+    targets: list[str] = Field(min_length=1, description="profile names or relative paths to profile files")
+    models: dict[ModelName, ModelSpec] = Field(min_length=1)
+    pipeline: Pipeline | None = Field(default=None, description="multi-model composition, see docs/pipeline.md")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _semver(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(f"{v!r} was read as a number; quote it and use three parts, e.g. \"1.0.0\"")
+        if isinstance(v, str) and not _SEMVER.match(v):
+            raise ValueError(f"{v!r} is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0)")
+        return v
+
+
+def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
+    """Cross-field rules pydantic cannot see."""
+    out: list[Diagnostic] = []
+
+    def err(path: tuple[str | int, ...], msg: str, hint: str | None = None, key: bool = False) -> None:
+        out.append(Diagnostic(doc.locate(path, key=key), msg, hint))
+
+    seen: dict[str, int] = {}
+    for i, t in enumerate(m.targets):
+        if t in seen:
+            err(("targets", i), f"targets[{i}]: target '{t}' is listed twice")
+        seen[t] = i
+    for name, model in m.models.items():
+        base = ("models", name)
+        src = model.source
+        if (src.factory is None) == (src.huggingface is None):
+            err((*base, "source"), f"models.{name}.source: give either `factory` or `huggingface` (one of them)")
+        if src.trust_remote_code:
+            err((*base, "source", "trust_remote_code"), f"models.{name}.source.trust_remote_code: refused: deployc "
+                "never runs code from a model directory", "remove it; models whose config needs custom code "
+                "(auto_map) cannot be built")
+        if src.huggingface is not None and src.kwargs:
+            err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face source takes no kwargs "
+                "(its config.json says how to build it)")
+        if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
+            err((*base,), f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
+                "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
+        verify_places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
+                                                                for t, o in model.overrides.items()]
+        for path, v in verify_places:
+            if v is not None and v.tokens and model.task != "text-generation":
+                err((*path, "tokens"), f"{'.'.join(map(str, path))}.tokens: token parity applies to text-generation "
+                    f"models; models.{name} has task {model.task}")
+        used: set[str] = set()
+        signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
+                                                      for meth, spec in model.methods.items()]
+        for where, inputs in signatures:
+            for inp_name, inp in inputs.items():
+                for j, dim in enumerate(inp.shape):
+                    if not isinstance(dim, str):
+                        continue
+                    used.add(dim)
+                    if dim not in model.dims:
+                        field = ".".join(where)
+                        err((*base, *where, inp_name, "shape", j),
+                            f"models.{name}.{field}.{inp_name}.shape[{j}]: dim '{dim}' is not declared under "
+                            f"models.{name}.dims",
+                            closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
+        schemes = [model.quantization.scheme, *(o.quantization.scheme for o in model.overrides.values()
+                                                if o.quantization is not None)]
+        if model.methods and any(SCHEMES[q].calibrated for q in schemes):
+            err((*base, "methods"), f"models.{name}.methods: calibrated schemes (w8a8, 16a8w, 16a4w) support "
+                "only single-method programs", key=True)
+        for method in model.methods:
+            if method == "forward" or method.startswith("get_"):
+                err((*base, "methods", method), f"models.{name}.methods.{method}: 'forward' and names starting with "
+                    "'get_' (constant methods) are reserved", key=True)
+        for inp_name, inp in model.inputs.items():
+            if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
+                err((*base, "inputs", inp_name, "range"), f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
+        for dim_name, declared in model.dims.items():
+            _check_dim(declared, (*base, "dims", dim_name), f"models.{name}.dims.{dim_name}", err)
+            if dim_name not in used:
+                err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: dim is declared but no input uses it",
+                    key=True)
+        _check_quant(model.quantization, (*base, "quantization"), f"models.{name}.quantization", err)
+        for target, ov in model.overrides.items():
+            if target not in m.targets:
+                err((*base, "overrides", target),
+                    f"models.{name}.overrides.{target}: '{target}' is not one of this manifest's targets",
+                    closest(target, m.targets) or f"targets are: {', '.join(m.targets)}", key=True)
+            if ov.quantization is not None:
+                _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
+                             f"models.{name}.overrides.{target}.quantization", err)
+            for dim_name, override in ov.dims.items():
+                where = (*base, "overrides", target, "dims", dim_name)
+                dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
+                if dim_name not in model.dims:
+                    err(where, f"{dotted}: the model has no dim '{dim_name}'",
+                        closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
+                else:
+                    _check_dim(override.under(model.dims[dim_name]), where, dotted, err)
+    return out
+
+
+def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+    if dim.min > dim.max:
+        err(path, f"{dotted}: min {dim.min} is greater than max {dim.max}")
+    elif dim.bounds()[0] > dim.bounds()[1]:
+        err(path, f"{dotted}: no multiple of {dim.multiple_of} lies between min {dim.min} and max {dim.max}",
+            f"max: {dim.bounds()[0]}")
+
+
+def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+    scheme = SCHEMES[q.scheme]
+    if q.group_size is not None and not scheme.grouped:
+        err((*path, "group_size"), f"{dotted}.group_size: scheme '{q.scheme}' is not grouped",
+            "group_size applies to " + ", ".join(s.name for s in SCHEMES.values() if s.grouped))
+    if q.calibration is not None and not scheme.calibrated:
+        err((*path, "calibration"), f"{dotted}.calibration: scheme '{q.scheme}' takes no calibration",
+            "calibration applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
+
+
+def parse_manifest(doc: Document) -> Manifest:
+    """Structure only; `check_references` finds the rest (deployc.load.project runs both)."""
+    try:
+        return Manifest.model_validate(doc.data)
+    except ValidationError as exc:
+        raise ManifestError(diagnostics_from(exc, doc, Manifest)) from None

@@ -1,0 +1,183 @@
+"""Load a manifest and every profile it names, reporting all problems at once. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deployc.core.errors import Diagnostic, UserError
+from deployc.core.yaml_io import Document, load_file, load_text
+from deployc.load import hf_directory
+from deployc.load.diagnostics import closest
+from deployc.load.manifest import (
+    DimSpec,
+    InputSpec,
+    Manifest,
+    ModelSpec,
+    OutputSpec,
+    check_references,
+    parse_manifest,
+)
+from deployc.load.model_sources import find_module_file, module_roots
+from deployc.pipeline.checks import check_pipeline
+from deployc.targets.profile import LoadedProfile, load_profile, search_path
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path
+    manifest: Manifest  # with what Hugging Face sources imply filled in (inputs, outputs, dims)
+    doc: Document
+    profiles: dict[str, LoadedProfile]  # keyed by the manifest's target reference
+    derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> fields taken from its directory
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+
+def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    roots = module_roots(folder)
+    for name, model in m.models.items():
+        module = model.source.factory.split(":")[0] if model.source.factory else None
+        if module is not None and find_module_file(module, roots) is None:
+            out.append(Diagnostic(doc.locate(("models", name, "source", "factory")),
+                                  f"models.{name}.source.factory: module '{module}' not found in {folder} "
+                                  "or on the Python path"))
+        for q_path, q in [(("quantization",), model.quantization)] + [
+                (("overrides", t, "quantization"), o.quantization) for t, o in model.overrides.items()]:
+            data = q.calibration.dataset if q is not None and q.calibration else None
+            if data and (Path(data).is_absolute() or ".." in Path(data).parts or not (folder / data).is_file()):
+                path = ("models", name, *q_path, "calibration", "dataset")
+                out.append(Diagnostic(doc.locate(path), f"{'.'.join(map(str, path))}: no file {data} inside the "
+                                                        "manifest's folder"))
+        ckpt = model.source.checkpoint
+        if ckpt is not None and not (folder / ckpt.path).is_file():
+            out.append(Diagnostic(doc.locate(("models", name, "source", "checkpoint", "path")),
+                                  f"models.{name}.source.checkpoint.path: no file {ckpt.path} next to the manifest"))
+    return out
+
+
+def _check_pins(m: Manifest, doc: Document, profiles: dict[str, LoadedProfile]) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for name, model in m.models.items():
+        for target, ov in model.overrides.items():
+            if ov.unit is None or target not in profiles:
+                continue
+            units = [u.name for u in profiles[target].profile.units]
+            if ov.unit not in units:
+                out.append(Diagnostic(doc.locate(("models", name, "overrides", target, "unit")),
+                                      f"models.{name}.overrides.{target}.unit: profile '{target}' has no unit '{ov.unit}'",
+                                      closest(ov.unit, units) or f"its units: {', '.join(units)}"))
+    return out
+
+
+def _load_profiles(refs: list[str], doc: Document, folder: Path, env: Mapping[str, str] | None,
+                   problems: list[Diagnostic]) -> dict[str, LoadedProfile]:
+    dirs = search_path(folder, env)
+    profiles: dict[str, LoadedProfile] = {}
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str) or ref in profiles:
+            continue
+        where = Diagnostic(doc.locate(("targets", i)), f"targets[{i}]")
+        try:
+            profiles[ref] = load_profile(ref, folder, dirs, where)
+        except UserError as exc:
+            problems.extend(exc.diagnostics)
+    return profiles
+
+
+def _from_directories(m: Manifest, doc: Document, folder: Path,
+                      problems: list[Diagnostic]) -> tuple[Manifest, dict[str, tuple[str, ...]]]:
+    """The manifest with what each Hugging Face source's config implies for the fields left out."""
+    models = dict(m.models)
+    derived: dict[str, tuple[str, ...]] = {}
+    for name, spec in m.models.items():
+        where = spec.source.huggingface
+        if where is None:
+            continue
+        at = doc.locate(("models", name, "source", "huggingface"))
+        if spec.task not in hf_directory.TASKS:
+            problems.append(Diagnostic(doc.locate(("models", name, "task")) if "task" in doc.data["models"][name]
+                                       else at, f"models.{name}.task: a Hugging Face source needs a task, one of "
+                                                f"{', '.join(hf_directory.TASKS)}; got {spec.task}"))
+            continue
+        try:
+            implied = hf_directory.derive(hf_directory.read(folder / where), spec.task)
+        except hf_directory.HfProblem as exc:
+            problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {exc}"))
+            continue
+        if spec.inputs and list(spec.inputs) != list(implied["inputs"]):
+            problems.append(Diagnostic(doc.locate(("models", name, "inputs")), f"models.{name}.inputs: a Hugging "
+                                       f"Face {spec.task} model takes {', '.join(implied['inputs'])} (in this order); "
+                                       f"got {', '.join(spec.inputs)}", "keep the names; shapes, ranges and dims "
+                                       "may change"))
+            continue
+        update: dict[str, object] = {}
+        if not spec.inputs:
+            update["inputs"] = {k: InputSpec.model_validate(v) for k, v in implied["inputs"].items()}
+            update["dims"] = {**{k: DimSpec.model_validate(v) for k, v in implied["dims"].items()}, **spec.dims}
+        if not spec.outputs:
+            update["outputs"] = {k: OutputSpec.model_validate(v) for k, v in implied["outputs"].items()}
+        if "constants" in implied:  # a decoder: its token ids and context, each unless the manifest sets it
+            constants = {**implied["constants"], **spec.constants}
+            dims = dict(update.get("dims", spec.dims))  # type: ignore[call-overload]
+            if "seq" in dims and "seq" not in spec.dims and "max_seq_len" in spec.constants:
+                declared = int(spec.constants["max_seq_len"])  # type: ignore[call-overload]
+                dims["seq"] = dims["seq"].model_copy(update={"max": min(dims["seq"].max, declared)})
+                update["dims"] = dims
+            elif "seq" in dims and "max_seq_len" not in spec.constants:
+                constants["max_seq_len"] = dims["seq"].max  # the KV cache holds as many positions as seq allows
+            if constants != spec.constants:
+                update["constants"] = constants
+            problems.extend(_beyond_context(name, spec, constants["max_seq_len"], doc))
+        if update:
+            models[name] = spec.model_copy(update=update)
+            derived[name] = tuple(sorted(update))
+    return m.model_copy(update={"models": models}), derived
+
+
+def _beyond_context(name: str, spec: ModelSpec, context: int, doc: Document) -> list[Diagnostic]:
+    """A decoder's seq dim, anywhere, must fit in its KV cache."""
+    found = []
+    places = [(("models", name, "dims", "seq"), spec.dims.get("seq"))] + [
+        (("models", name, "overrides", target, "dims", "seq"), o.dims.get("seq"))
+        for target, o in spec.overrides.items()]
+    for path, dim in places:
+        if dim is not None and dim.max > context:
+            found.append(Diagnostic(doc.locate(path), f"{'.'.join(path)}: max {dim.max} is beyond the KV cache of "
+                                    f"constants.max_seq_len {context} positions",
+                                    f"lower it to {context} or raise constants.max_seq_len"))
+    return found
+
+
+def _sorted(problems: list[Diagnostic]) -> list[Diagnostic]:
+    return sorted(problems, key=lambda d: (d.location, d.message))
+
+
+def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | None = None) -> Project:
+    """`text`: the manifest's content, when it is not (yet) the file at `path` (deployc init plans what it will
+    write); `path` still locates its folder and its errors."""
+    doc = load_file(path) if text is None else load_text(text, path)
+    folder = path.parent
+    try:
+        manifest = parse_manifest(doc)
+    except UserError as exc:
+        # Report broken profiles in the same run, as long as the target list itself is readable.
+        problems = list(exc.diagnostics)
+        refs = doc.data.get("targets")
+        if isinstance(refs, list):
+            _load_profiles(refs, doc, folder, env, problems)
+        raise UserError(_sorted(problems)) from None
+    problems: list[Diagnostic] = []
+    manifest, derived = _from_directories(manifest, doc, folder, problems)
+    problems.extend(check_references(manifest, doc))
+    profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
+    problems.extend(_check_sources(manifest, doc, folder))
+    problems.extend(_check_pins(manifest, doc, profiles))
+    problems.extend(check_pipeline(manifest, doc, folder))
+    if problems:
+        raise UserError(_sorted(problems))
+    return Project(path, manifest, doc, profiles, derived)

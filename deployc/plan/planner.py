@@ -1,0 +1,424 @@
+"""Project + toolchain facts -> the BuildPlan. Pure: no torch, no model code, no writes, no clock.
+
+For every (model, target) it picks the first unit of the profile that can build the model, records
+every unit it passed over and why, writes the typed steps with their chained keys, plans the
+pipeline's assets, and says what each target's bundle will be made of.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deployc.core import layout
+from deployc.core.digests import key_of
+from deployc.core.errors import Diagnostic, PlanError
+from deployc.core.file_hashes import FileHashes
+from deployc.core.quantization import SCHEMES, Recipe
+from deployc.load import hf_directory
+from deployc.load.manifest import GENERATION_TOKENS, AudioStage, ImageStage, ModelSpec
+from deployc.load.model_sources import (
+    imported_packages,
+    imported_versions,
+    module_roots,
+    source_files,
+)
+from deployc.load.project import Project
+from deployc.pipeline.config import pipeline_config
+from deployc.pipeline.files import corpus_files, tokenizer_file
+from deployc.pipeline.preprocessing import image_steps
+from deployc.plan.build_plan import (
+    NOT_CONTENT,
+    STEP_ORDER,
+    BuildPlan,
+    BundlePlan,
+    CheckBudget,
+    Declared,
+    DimPlan,
+    Export,
+    HashedFile,
+    IndexAssetPlan,
+    InputPlan,
+    LoadModel,
+    Lower,
+    ManifestRef,
+    MethodPlan,
+    OutputPlan,
+    Package,
+    Quantize,
+    Serialize,
+    Skipped,
+    SourceFile,
+    TargetPlan,
+    TokenizerAssetPlan,
+    UnitPlan,
+    Verify,
+)
+from deployc.plan.resolve import (
+    DEFAULT_FLOAT_RANGE,
+    DEFAULT_INT_RANGE,
+    ResolvedModel,
+    resolve,
+)
+from deployc.plan.toolchain import Toolchain
+from deployc.targets.backends import BACKENDS
+from deployc.targets.profile import Budgets, Unit
+
+
+class _Inputs:
+    """Every file the plan read, once, with what it was read for (apply checks them again)."""
+
+    def __init__(self, hashes: FileHashes) -> None:
+        self.files: dict[str, HashedFile] = {}
+        self.hashes = hashes
+
+    def add(self, path: Path, role: str, sha256: str | None = None) -> str:
+        key = str(path.resolve())
+        if key not in self.files:
+            self.files[key] = HashedFile(path=key, sha256=sha256 or self.hashes.sha256(path), role=role)
+        return self.files[key].sha256
+
+
+def verification_points(dims: list[DimPlan]) -> list[dict[str, int]]:
+    """The sizes verification runs at: every dim at its min, at its middle, at its max (deduplicated)."""
+    if not dims:
+        return [{}]
+    points = [{d.name: d.min for d in dims}, {d.name: d.middle() for d in dims}, {d.name: d.max for d in dims}]
+    unique: list[dict[str, int]] = []
+    for p in points:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def _sources(folder: Path, factory: str, inputs: _Inputs) -> tuple[list[SourceFile], dict[str, str]]:
+    roots = module_roots(folder)
+    out = []
+    files = source_files(factory.split(":")[0], roots)
+    for f in files:
+        root = next(r for r in roots if f.is_relative_to(r))
+        out.append(SourceFile(path=f.relative_to(root).as_posix(), sha256=inputs.add(f, "model source")))
+    return out, imported_packages(files, roots[:1])
+
+
+def _budget_limits(profile_budgets: Budgets, unit: Unit) -> dict[str, int]:
+    limits = {k: v for k, v in profile_budgets.model_dump().items() if v is not None}
+    if unit.budgets is not None:
+        limits.update({k: v for k, v in unit.budgets.model_dump().items() if v is not None})
+    return limits
+
+
+def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe | None, str | None]:
+    """(the recipe, None) when `unit` can build the model here; else (None, why not)."""
+    scheme = r.quantization.scheme
+    backend = BACKENDS[unit.backend]
+    recipe = backend.recipe(r.quantization)
+    if scheme not in unit.quantization or recipe is None:
+        return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
+    if not toolchain.backends[unit.backend].usable:
+        return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
+    if r.spec.weights == "external" and not backend.external_weights:
+        return None, "keeps its weights inside its delegate; the model asks for weights: external"
+    if not backend.multi_method and (r.spec.methods or r.spec.constants):
+        return None, "builds one method (forward); the model declares further methods or constants"
+    if backend.static_shapes_only and r.dynamic_dims:
+        why = f" ({backend.static_shapes_reason})" if backend.static_shapes_reason else ""
+        return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
+                      f"static for this target: overrides.{r.target}.dims.<dim>: {{min: N, max: N}})")
+    return recipe, None
+
+
+def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[tuple[Unit, Recipe]], list[Skipped]]:
+    """The units that can build the model, in priority order (the first is used; with `fallback: next`
+    the others are tried in turn when building on it fails), and the units passed over before it."""
+    profile = r.profile.profile
+    candidates = [profile.unit(r.unit)] if r.unit else list(profile.units)
+    skipped: list[Skipped] = []
+    chosen: list[tuple[Unit, Recipe]] = []
+    for unit in candidates:
+        assert unit is not None  # pins were checked at load time
+        recipe, problem = _problem(r, unit, toolchain)
+        if recipe is not None:
+            chosen.append((unit, recipe))
+            if r.unit or profile.fallback == "error":
+                break
+            continue
+        if chosen:
+            continue  # after the chosen unit: not a candidate to fall back to, nothing to report
+        if problem.startswith("toolchain") and (profile.fallback == "error" or r.unit):
+            reason = toolchain.backends[unit.backend].reason
+            why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
+            raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
+                                        f"models.{r.model}: unit '{unit.name}' ({unit.backend}) of target "
+                                        f"'{r.target}' cannot build on this machine: {reason}; {why}",
+                                        "install the toolchain, or set fallback: next in the profile")])
+        if r.unit:
+            raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
+                                        f"models.{r.model}.overrides.{r.target}.unit: unit '{unit.name}' "
+                                        f"({unit.backend}) cannot build this model: {problem}",
+                                        f"unit '{unit.name}' supports: {', '.join(unit.quantization)}")])
+        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem or ""))
+    if chosen:
+        return chosen, skipped
+    summary = "; ".join(f"{s.unit} ({s.backend}): {s.reason}" for s in skipped)
+    raise PlanError([Diagnostic(r.quantization_at,
+                                f"{r.quantization_field}: no unit of target '{r.target}' can build model "
+                                f"'{r.model}' with scheme '{r.quantization.scheme}'",
+                                summary)])
+
+
+def _outputs(specs: dict[str, Any]) -> list[OutputPlan]:
+    return [OutputPlan(name=n, shape=list(o.shape), dtype=o.dtype) for n, o in specs.items()]
+
+
+def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
+    return [InputPlan(name=n, shape=list(i.shape), dtype=i.dtype, fill=i.fill,
+                      range=i.range or (DEFAULT_FLOAT_RANGE if i.dtype.startswith(("float", "bfloat"))
+                                        else (0.0, 1.0) if i.dtype == "bool" else DEFAULT_INT_RANGE))
+            for n, i in specs.items()]
+
+
+def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+    chosen, skipped = _choose_units(r, toolchain)
+    plans = [_planned_on(project, r, unit, recipe, toolchain, inputs) for unit, recipe in chosen]
+    return plans[0].model_copy(update={"skipped": skipped, "fallbacks": plans[1:]})
+
+
+def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
+                inputs: _Inputs) -> UnitPlan:
+    folder = project.folder
+    if recipe.calibration_dataset:  # its content, not its name, decides the program
+        sha = inputs.add(folder / recipe.calibration_dataset, "calibration dataset")
+        recipe = recipe.model_copy(update={"calibration_dataset_sha256": sha})
+    spec = r.spec
+    ckpt = spec.source.checkpoint
+    if ckpt is not None:  # hashed now (remembered for large files): a changed file is found before building
+        actual = inputs.add(folder / ckpt.path, "checkpoint")
+        if actual != ckpt.sha256:
+            raise PlanError([Diagnostic(project.doc.locate(("models", r.model, "source", "checkpoint", "sha256")),
+                                        f"models.{r.model}.source.checkpoint.sha256: {ckpt.path} has sha256 {actual}, "
+                                        f"not {ckpt.sha256}", "update the sha256 if the new weights are intended")])
+    dims = [DimPlan(name=n, min=d.bounds()[0], max=d.bounds()[1], multiple_of=d.multiple_of or 1)
+            for n, d in r.dims.items()]
+    methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
+               for n, meth in spec.methods.items()]
+    backend = BACKENDS[unit.backend]
+    tol = r.tolerances
+    if not tol.enabled:
+        run, reason = False, "verification disabled in the manifest"
+    elif not toolchain.runs[unit.backend].usable:
+        run, reason = False, f"not run on this host: {toolchain.runs[unit.backend].reason}"
+    else:
+        run, reason = True, ""
+    estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
+    if spec.source.factory is not None:
+        sources, packages = _sources(folder, spec.source.factory, inputs)
+    else:  # a Hugging Face directory: its config and weights decide the model, loaded by transformers
+        directory = folder / (spec.source.huggingface or "")
+        sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=inputs.add(f, "model weights"))
+                   for f in hf_directory.read(directory).files()]
+        loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
+        packages = imported_versions(loaders)
+    steps: list[Any] = [
+        LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
+                  derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
+                  checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
+                  seed=spec.seed, sources=sources, packages=packages, context=_context(spec)),
+        Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
+        Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
+        Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
+              constants=spec.constants, code=toolchain.code[unit.backend],
+              toolchain=toolchain.backends[unit.backend].facts),
+        Serialize(external_weights=spec.weights == "external"),
+        Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
+               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=_generated_tokens(spec, dims),
+               min_tokens=tol.tokens or 0),
+        CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
+        Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
+                data_file=layout.program_data_file(r.model) if spec.weights == "external" else "", outputs=_outputs(spec.outputs),
+                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
+                requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),
+    ]
+    keyed = []
+    previous = key_of(toolchain.versions, toolchain.code["compile"])
+    program_key = ""
+    for s in steps:
+        previous = key_of(previous, s.model_dump(mode="json", exclude={"key"}))
+        keyed.append(s.model_copy(update={"key": previous}))
+        if isinstance(s, Serialize):
+            program_key = previous
+    doc, base = project.doc, ("models", r.model)
+    outputs_at = {"forward": doc.locate((*base, "outputs")),
+                  **{n: doc.locate((*base, "methods", n, "outputs")) for n in spec.methods}}
+    return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
+                    quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
+                    warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at,
+                    dims_at=_dims_at(project, r))
+
+
+def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
+    """Token parity is checked on programs with the decoder interface the generate stage drives, where a
+    call may take one token (decoding)."""
+    seq = next((d for d in dims if d.name == "seq"), None)
+    if (spec.task == "text-generation" and list(spec.inputs) == ["tokens", "input_pos"] and not spec.methods
+            and seq is not None and seq.min == 1 and "max_seq_len" in spec.constants):
+        return GENERATION_TOKENS
+    return 0
+
+
+def _context(spec: ModelSpec) -> int | None:
+    if spec.source.huggingface is None or spec.task != "text-generation":
+        return None
+    return int(spec.constants["max_seq_len"])  # type: ignore[call-overload]  # derived when left out
+
+
+def _dims_at(project: Project, r: ResolvedModel) -> dict[str, Declared]:
+    """Each dim's declaration on this target: its override, the model's entry, or (derived from a Hugging
+    Face config) the model itself."""
+    doc, raw = project.doc, project.doc.data["models"][r.model]
+    overridden = ((raw.get("overrides") or {}).get(r.target) or {}).get("dims") or {}
+    out = {}
+    for name in r.dims:
+        if name in overridden:
+            path: tuple[str, ...] = ("models", r.model, "overrides", r.target, "dims", name)
+        elif name in (raw.get("dims") or {}):
+            path = ("models", r.model, "dims", name)
+        else:
+            out[name] = Declared(at=doc.locate(("models", r.model)), field=f"models.{r.model}.dims.{name}")
+            continue
+        out[name] = Declared(at=doc.locate(path), field=".".join(path))
+    return out
+
+
+def _token_length(unit: UnitPlan) -> tuple[int, bool]:
+    """(the most tokens the model's first input takes on this unit, whether it takes exactly that many)."""
+    first = unit.export.inputs[0]
+    dims = {d.name: d for d in unit.export.dims}
+    symbolic = [dims[d] for d in first.shape if isinstance(d, str)]
+    if not symbolic:
+        return int(first.shape[-1]), True
+    return min(d.max for d in symbolic), all(d.min == d.max for d in symbolic)
+
+
+def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:
+    """The pipeline's tokenizer files and vector indexes for one target."""
+    pipeline = project.manifest.pipeline
+    if pipeline is None:
+        return []
+    folder = project.folder
+    found = {name: tokenizer_file(t, folder) for name, t in pipeline.tokenizers.items()}
+    shas = {name: inputs.add(path, "tokenizer") for name, path in found.items() if path is not None}
+    out: list[Any] = [TokenizerAssetPlan(name=name,
+                                         file=layout.tokenizer_file(name, pipeline.tokenizers[name].is_sentencepiece()),
+                                         source=pipeline.tokenizers[name], sha256=sha)
+                      for name, sha in sorted(shas.items())]
+    for stage in pipeline.stages:
+        if isinstance(stage, (ImageStage, AudioStage)) and stage.preprocessor:
+            inputs.add(folder / stage.preprocessor, "preprocessor")
+    by_model = {u.model: u for u in units}
+    for name, ix in sorted(pipeline.indexes.items()):
+        unit = by_model[ix.model]
+        files, _ = corpus_files(ix, folder)
+        corpus = [SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus")) for f in files]
+        if ix.image is not None:  # an image corpus: one vector per image, prepared as the image stage says
+            stage = next(s for s in pipeline.stages if s.name == ix.image)
+            plan = IndexAssetPlan(name=name, file=layout.index_file(name), model=ix.model,
+                                  program_key=unit.program_key, image_steps=image_steps(stage, folder)[0],
+                                  corpus=corpus)
+        else:
+            assert ix.tokenizer is not None
+            max_tokens, static = _token_length(unit)
+            plan = IndexAssetPlan(
+                name=name, file=layout.index_file(name), model=ix.model, program_key=unit.program_key,
+                tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
+                pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
+                corpus=corpus)
+        out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
+                                                                         exclude={"key", "name", "file"}))}))
+    return out
+
+
+def _content(u: UnitPlan, up_to: str = "package") -> list[dict[str, Any]]:
+    """The unit's steps as the manifest and profile make them: keys and code hashes (which fold the
+    toolchain) and descriptions left out."""
+    steps = [s.model_dump(mode="json", exclude=set(NOT_CONTENT)) for s in u.steps]
+    return steps[:STEP_ORDER.index(up_to) + 1]
+
+
+def program_content_key(u: UnitPlan) -> str:
+    """What decides a program's bytes, but for tool versions and deployc's code."""
+    return key_of(_content(u, "serialize"))
+
+
+def _bundle(project: Project, target: str, profile: str, device: dict[str, str], units: list[UnitPlan],
+            assets: list[Any], pipeline: Any) -> BundlePlan:
+    m = project.manifest
+    content = {u.package.file: program_content_key(u) for u in units}
+    content.update({u.package.data_file: program_content_key(u) for u in units if u.package.data_file})
+    # Self-test vectors are the program's verification points (from its dims) and eager outputs: the
+    # program's content decides them, its tolerances do not.
+    content.update({layout.self_test_file(u.model): program_content_key(u) for u in units})
+    by_model = {u.model: content[u.package.file] for u in units}
+    for a in assets:
+        if isinstance(a, TokenizerAssetPlan):
+            content[a.file] = a.sha256
+        else:
+            index = key_of(a.model_dump(mode="json", exclude={"key", "name", "file", "program_key"}),
+                           by_model[a.model])
+            content[a.file] = content[layout.index_vectors_file(a.file)] = index
+    described = [{"model": u.model, "unit": u.unit, "backend": u.backend, "quantization": u.quantization,
+                  "threads": u.threads, "warmup": u.warmup, "steps": _content(u)} for u in units]
+    bundle_key = key_of({"bundle": {"name": m.name, "version": m.version, "target": target, "profile": profile},
+                         "device": device, "files": content, "units": described,
+                         "pipeline": pipeline.model_dump(mode="json") if pipeline else None})
+    return BundlePlan(dir=layout.bundle_dir(m.name, m.version, profile),
+                      archive=layout.archive_file(m.name, m.version, profile),
+                      bundle_key=bundle_key, content_keys=dict(sorted(content.items())))
+
+
+def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = None,
+              hashes: FileHashes | None = None) -> BuildPlan:
+    """`hashes`: where large files' sha256 are remembered (the command's cache directory); None: nowhere."""
+    m = project.manifest
+    if only_target is not None and only_target not in m.targets:
+        raise PlanError([Diagnostic(project.doc.locate(("targets",)),
+                                    f"--target {only_target}: not one of this manifest's targets: {', '.join(m.targets)}")])
+    inputs = _Inputs(hashes or FileHashes(None))
+    manifest_sha = inputs.add(project.path, "manifest", project.doc.sha256)
+    problems: list[Diagnostic] = []
+    by_target: dict[str, list[UnitPlan]] = {t: [] for t in m.targets if only_target in (None, t)}
+    for r in resolve(project):
+        if r.target not in by_target:
+            continue
+        try:
+            by_target[r.target].append(_unit_plan(project, r, toolchain, inputs))
+        except PlanError as exc:
+            problems.extend(exc.diagnostics)
+    seen: dict[str, str] = {}
+    for i, t in enumerate(m.targets):
+        name = project.profiles[t].profile.name
+        if name in seen:  # bundles are directories named after profiles
+            problems.append(Diagnostic(project.doc.locate(("targets", i)),
+                                       f"targets[{i}]: '{t}' is profile '{name}' again (also '{seen[name]}'); "
+                                       "each target needs a distinct profile name"))
+        seen.setdefault(name, t)
+    if problems:
+        raise PlanError(problems)
+    targets = []
+    for t, units in by_target.items():
+        loaded = project.profiles[t]
+        for f in loaded.files:
+            inputs.add(f, "profile")
+        p = loaded.profile
+        device = p.device.model_dump(exclude_defaults=True)
+        assets = _assets(project, units, inputs)
+        pipeline = pipeline_config(m, project.folder, {u.model: length for u in units
+                                                       for length, static in [_token_length(u)] if static})
+        targets.append(TargetPlan(target=t, profile=p.name, profile_key=key_of(p.model_dump(mode="json")),
+                                  device=device, units=units, assets=assets, pipeline=pipeline,
+                                  bundle=_bundle(project, t, p.name, device, units, assets, pipeline)))
+    return BuildPlan(
+        manifest=ManifestRef(name=m.name, version=m.version, file=project.path.name,
+                             folder=str(project.folder.resolve()), sha256=manifest_sha,
+                             version_at=project.doc.locate(("version",))),
+        toolchain=toolchain, targets=targets, inputs=sorted(inputs.files.values(), key=lambda f: (f.role, f.path)))

@@ -1,0 +1,78 @@
+"""Manifest x profiles -> one resolved spec per (model, target): overrides and defaults applied. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deployc.core.errors import Location
+from deployc.core.quantization import SCHEMES
+from deployc.load.manifest import DimSpec, ModelSpec, QuantSpec, VerifySpec
+from deployc.load.project import Project
+from deployc.targets.profile import LoadedProfile
+
+DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
+DEFAULT_INT_RANGE = (0.0, 100.0)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    min_cosine: float
+    min_sqnr_db: float
+    max_abs: float | None
+    tokens: int | None
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    model: str
+    target: str  # the manifest's reference to the profile
+    profile: LoadedProfile
+    spec: ModelSpec
+    quantization: QuantSpec
+    quantization_at: Location  # where the effective scheme was written
+    quantization_field: str
+    unit: str | None  # pinned compute unit
+    unit_at: Location | None
+    tolerances: Tolerances
+    dims: dict[str, DimSpec]  # the model's dims with this target's overrides applied
+
+    @property
+    def dynamic_dims(self) -> list[str]:
+        return sorted(n for n, d in self.dims.items() if d.bounds()[1] > d.bounds()[0])
+
+
+def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
+    s = SCHEMES[scheme]
+    values: dict[str, object] = {"min_cosine": s.min_cosine, "min_sqnr_db": s.min_sqnr_db, "max_abs": None,
+                                 "tokens": None, "enabled": True}
+    for layer in layers:
+        if layer is not None:
+            values.update({k: v for k, v in layer.model_dump().items() if k in layer.model_fields_set})
+    return Tolerances(**values)  # type: ignore[arg-type]
+
+
+def resolve(project: Project) -> list[ResolvedModel]:
+    out: list[ResolvedModel] = []
+    doc = project.doc
+    for target in project.manifest.targets:
+        for name, spec in project.manifest.models.items():
+            ov = spec.overrides.get(target)
+            base = ("models", name)
+            if ov is not None and ov.quantization is not None:
+                quant = ov.quantization
+                q_path = (*base, "overrides", target, "quantization")
+            else:
+                quant = spec.quantization
+                q_path = (*base, "quantization")
+            unit = ov.unit if ov else None
+            unit_at = doc.locate((*base, "overrides", target, "unit")) if unit else None
+            out.append(ResolvedModel(
+                model=name, target=target, profile=project.profiles[target], spec=spec,
+                quantization=quant, quantization_at=doc.locate(q_path),
+                quantization_field=".".join(str(p) for p in q_path),
+                unit=unit, unit_at=unit_at,
+                tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
+                dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
+                                     for n, d in (ov.dims if ov else {}).items()}}))
+    return out

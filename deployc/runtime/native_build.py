@@ -1,0 +1,49 @@
+"""`deployc native build`: configure and build the C++ reference runner against the installed executorch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from deployc.core.errors import BuildError
+
+SOURCE = Path(__file__).resolve().parents[2] / "native"
+DEBIAN_PACKAGES = ("cmake g++ pkg-config libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libssl-dev "
+                   "libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev")
+
+
+def executorch_prefix() -> Path:
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError("executorch is not installed in this Python environment")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def build_runner(build_dir: Path, progress: Callable[[str], None], jobs: int | None = None) -> Path:
+    if not (SOURCE / "CMakeLists.txt").is_file():
+        raise BuildError(f"the runner's sources are not at {SOURCE} (a checkout of the deployc repository has them)")
+    missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
+    if missing:
+        raise BuildError(f"{' and '.join(missing)} not found; install them, e.g. "
+                         f"`apt-get install {DEBIAN_PACKAGES}`")
+    steps = [
+        ["cmake", "-S", str(SOURCE), "-B", str(build_dir), f"-DCMAKE_PREFIX_PATH={executorch_prefix()}",
+         "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 1)],
+    ]
+    for cmd in steps:
+        progress("$ " + " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            hint = (f" (missing packages? `apt-get install {DEBIAN_PACKAGES}`)"
+                    if "Could not find" in tail or "not found" in tail else "")
+            raise BuildError(f"{cmd[0]} {cmd[1]} failed{hint}:\n{tail}")
+    runner = build_dir / "deployc-runner"
+    if not runner.is_file():
+        raise BuildError(f"the build finished but {runner} is missing")
+    return runner

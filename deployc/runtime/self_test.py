@@ -1,0 +1,73 @@
+"""`deployc inspect --self-test`: every program of a bundle run on its self-test vectors through the
+ExecuTorch runtime, its outputs judged against the eager ones with the tolerances its build verified
+(the runtime config's `verification.tolerance_*`). What the native runner's --self-test does too."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from deployc.build.facts import PointMetrics, Summary
+from deployc.core import self_test_vectors
+from deployc.core.errors import RunError
+from deployc.core.layout import RUNTIME_JSON
+from deployc.core.records import Frozen
+from deployc.graph.metrics import compare, judge, summarize
+from deployc.targets.backends import BACKENDS
+
+
+class SelfTestResult(Frozen):
+    program: str
+    backend: str
+    status: Literal["passed", "failed", "not-run"]
+    reason: str = ""
+    cases: int = 0
+    summary: Summary | None = None
+    min_cosine: float = 0.0  # the tolerances applied
+    min_sqnr_db: float = 0.0
+
+
+def run_self_test(folder: Path) -> list[SelfTestResult]:
+    from deployc.runtime.pipeline_runner import Bundle
+
+    config = json.loads((folder / RUNTIME_JSON).read_text())
+    vectors = {a["name"]: a["file"] for a in config.get("assets", []) if a["kind"] == "self_test"}
+    bundle = Bundle(folder)
+    results = []
+    for p in config["programs"]:
+        v = p["verification"]
+        base = SelfTestResult(program=p["name"], backend=p["backend"], status="not-run",
+                              min_cosine=v.get("tolerance_min_cosine", 0.0),
+                              min_sqnr_db=v.get("tolerance_min_sqnr_db", 0.0))
+        file = vectors.get(f"{p['name']}.self_test")
+        here = BACKENDS[p["backend"]].runs_here(os.environ) if p["backend"] in BACKENDS else None
+        if file is None:
+            results.append(base.model_copy(update={"reason": "no self-test vectors in the bundle"}))
+        elif here is None or not here.usable:
+            reason = here.reason if here is not None else f"unknown backend {p['backend']}"
+            results.append(base.model_copy(update={"reason": f"not run on this host: {reason}"}))
+        else:
+            results.append(_check(bundle, base, self_test_vectors.read(folder / file)))
+    return results
+
+
+def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> SelfTestResult:
+    points = []
+    for case in cases:
+        inputs = [self_test_vectors.decode_tensor(t) for t in case["inputs"]]
+        try:
+            outputs = bundle.call(base.program, inputs, case["method"])
+        except RunError as exc:
+            return base.model_copy(update={"status": "failed", "reason": str(exc), "cases": len(cases)})
+        expected = [self_test_vectors.decode_tensor(t) for t in case["expected"]]
+        if len(outputs) != len(expected):
+            return base.model_copy(update={"status": "failed", "cases": len(cases),
+                                           "reason": f"{len(outputs)} outputs, the vectors hold {len(expected)}"})
+        points.append(PointMetrics(method=case["method"], dims=case["dims"],
+                                   outputs=[compare(e, o) for e, o in zip(expected, outputs)]))
+    summary = summarize(points)
+    missed = judge(summary, base.min_cosine, base.min_sqnr_db, None)
+    return base.model_copy(update={"status": "failed" if missed else "passed", "reason": "; ".join(missed),
+                                   "cases": len(cases), "summary": summary})
