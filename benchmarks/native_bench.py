@@ -76,7 +76,7 @@ rows = []
 for _ in range(int(sys.argv[3])):
     result = bundle.run({"query": query})
     t = time.perf_counter()
-    out = bundle.generate(gen["program"], {**params, "max_new_tokens": 1}, sys.argv[4])
+    out = bundle.stage(gen, {"prompt": sys.argv[4]}, {**params, "max_new_tokens": 1})
     first = (time.perf_counter() - t) * 1000
     rows.append({"total_ms": sum(result["latency_ms"].values()), "first_token_ms": first,
                  "answer_ms": result["latency_ms"][gen["name"]]})

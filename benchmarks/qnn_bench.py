@@ -89,7 +89,7 @@ def retrieval(work: Path) -> None:
             t = time.perf_counter()
             emb = bundle.call("embedder", [tokens["input_ids"], tokens["attention_mask"]])[0]
             times.append(time.perf_counter() - t)
-            found = [c["source"] for c in bundle.search({"index": "assets/indexes/docs.json", "top_k": 3}, emb)["chunks"]]
+            found = [c["source"] for c in bundle.stage({"op": "vector_search"}, {"query": emb}, {"index": "assets/indexes/docs.json", "top_k": 3})["chunks"]]
             tops[target].append(found)
             first += found[0] == source
             top3 += source in found

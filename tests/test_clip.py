@@ -104,11 +104,11 @@ def test_native_runner_gives_the_same_answers(runner: Path, cli, clip: Path) -> 
         r = subprocess.run([str(runner), str(bundle), "--pipeline", "--file", f"image={IMAGES / image}", "--until",
                             "pixels"], capture_output=True, text=True)
         pixels = json.loads(r.stdout)["stages"]["pixels"]["pixels"]
-        from deployc.pipeline.host.preprocess import image_steps
+        from deployc.pipeline.host.images import prepare_image
 
         config = json.loads((bundle / "runtime.json").read_text())
         steps = json.loads(next(s for s in config["pipeline"]["stages"] if s["name"] == "pixels")["params_json"])
-        want = image_steps((IMAGES / image).read_bytes(), steps["steps"])
+        want = prepare_image((IMAGES / image).read_bytes(), steps["steps"])
         assert pixels["shape"] == [1, 3, 224, 224]
         assert np.abs(np.asarray(pixels["data"], dtype=np.float32) - want.reshape(-1)).max() <= 1e-5
 

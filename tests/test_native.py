@@ -81,7 +81,7 @@ def test_native_pipeline_answers_from_text_like_deployc_run(runner: Path, rag: P
         assert np.allclose([c["score"] for c in native["outputs"]["sources"]],
                            [c["score"] for c in expected["sources"]], atol=1e-5)
         assert native["outputs"]["answer"] == expected["answer"] != ""
-        tokens = python.generate("llm", json.loads(generate["params_json"]), stages["prompt"]["text"])["tokens"]
+        tokens = python.stage(generate, {"prompt": stages["prompt"]["text"]}, json.loads(generate["params_json"]))["tokens"]
         assert stages["answer"]["tokens"]["data"] == tokens[0].tolist()  # greedy: the same ids
         assert native["outputs"]["answer"] in proc.stderr  # streamed as it was generated
         gen = native["generation"]

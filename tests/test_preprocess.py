@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from deployc.pipeline.host import preprocess as P
+from deployc.core.errors import PreprocessError
+from deployc.pipeline.host import images as I
+from deployc.pipeline.host import sounds as S
 
 RNG = np.random.default_rng(7)
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
@@ -70,7 +72,7 @@ def test_resize_is_pillows(filter_name: str, code: int) -> None:
         oh, ow = (int(v) for v in RNG.integers(2, 240, 2))
         a = _photo(h, w)
         want = np.asarray(Image.fromarray(a).resize((ow, oh), code))
-        assert np.array_equal(P.resize(a, oh, ow, filter_name), want), (h, w, oh, ow)
+        assert np.array_equal(I.resize(a, oh, ow, filter_name), want), (h, w, oh, ow)
 
 
 @pytest.mark.parametrize("name", ["rgb_61x97.png", "tall_500x333.png", "gray.png", "rgba.png", "rgb.jpg"])
@@ -79,7 +81,7 @@ def test_image_steps_match_transformers_clip_processor(name: str) -> None:
 
     with Image.open(io.BytesIO(IMAGES[name])) as im:
         want = CLIPImageProcessorPil()(im.convert("RGB"), return_tensors="np")["pixel_values"]
-    got = P.image_steps(IMAGES[name], CLIP_STEPS)
+    got = I.prepare_image(IMAGES[name], CLIP_STEPS)
     assert got.shape == want.shape == (1, 3, 224, 224)
     assert np.abs(got - want).max() < 1e-6
 
@@ -91,7 +93,7 @@ def test_exif_orientation_is_applied() -> None:
         data = IMAGES[f"exif{orientation}.jpg"]
         with Image.open(io.BytesIO(data)) as im:
             want = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-        got = P.decode_image(data)
+        got = I.decode_image(data)
         assert got.shape == want.shape and np.array_equal(got, want)
         assert got.shape[:2] == ((80, 45) if orientation >= 5 else (45, 80))
 
@@ -138,23 +140,23 @@ def test_log_mel_matches_whisper_feature_extractor() -> None:
 
     x = _tone(3.0, 16000, 1)[:, 0]
     want = WhisperFeatureExtractor()(x, sampling_rate=16000, return_tensors="np")["input_features"][0]
-    got = P.log_mel(np.pad(x, (0, 480000 - x.size)), WHISPER)
+    got = S.log_mel(np.pad(x, (0, 480000 - x.size)), WHISPER)
     assert got.shape == want.shape == (80, 3000)
     assert np.abs(got - want).max() < 1e-5
 
 
 def test_wav_decoding_and_resampling() -> None:
-    x, rate = P.decode_wav(CLIPS["pcm16_16k_mono.wav"])
+    x, rate = S.decode_wav(CLIPS["pcm16_16k_mono.wav"])
     assert rate == 16000 and x.size == int(1.3 * 16000) and abs(x.max() - 0.6) < 0.05
-    x8, rate8 = P.decode_wav(CLIPS["pcm8_8k_stereo.wav"])
+    x8, rate8 = S.decode_wav(CLIPS["pcm8_8k_stereo.wav"])
     assert rate8 == 8000 and x8.ndim == 1
     # A 1 kHz tone resampled 22,050 -> 16,000 Hz stays a 1 kHz tone of the same amplitude.
     t = np.arange(22050) / 22050
-    y = P.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
+    y = S.resample(np.sin(2 * np.pi * 1000 * t), 22050, 16000)
     ref = np.sin(2 * np.pi * 1000 * np.arange(y.size) / 16000)
     assert y.size == 16000 and np.abs(y[200:-200] - ref[200:-200]).max() < 1e-3
-    with pytest.raises(P.PreprocessError, match="not a RIFF/WAVE"):
-        P.decode_wav(b"RIFX" + bytes(40))
+    with pytest.raises(PreprocessError, match="not a RIFF/WAVE"):
+        S.decode_wav(b"RIFX" + bytes(40))
 
 
 def _zero_bit_wav() -> bytes:
@@ -189,7 +191,7 @@ def test_native_image_preprocessing_matches_python(runner: Path, tmp_path: Path)
     worst = 0.0
     for name, data in IMAGES.items():
         for steps in (CLIP_STEPS, nhwc_bilinear):
-            want = P.image_steps(data, steps)
+            want = I.prepare_image(data, steps)
             got = _native(runner, tmp_path, steps, data, name)
             assert got.shape == want.shape and got.dtype == np.float32, name
             worst = max(worst, float(np.abs(got - want).max()))
@@ -201,7 +203,7 @@ def test_native_image_preprocessing_matches_python(runner: Path, tmp_path: Path)
 def test_native_audio_preprocessing_matches_python(runner: Path, tmp_path: Path) -> None:
     for name, data in CLIPS.items():
         steps = _audio_steps(1.0)
-        want = P.audio_steps(data, steps)
+        want = S.prepare_audio(data, steps)
         got = _native(runner, tmp_path, steps, data, name)
         assert got.shape == want.shape == (1, 80, 100), name
         assert np.abs(got - want).max() <= 1e-5, name
@@ -221,21 +223,20 @@ def test_native_refuses_undecodable_files(runner: Path, tmp_path: Path) -> None:
         r = subprocess.run([str(runner), "--preprocess", str(tmp_path / "steps.json"), str(tmp_path / "bad"), "--out",
                             str(tmp_path / "o.npy")], capture_output=True, text=True)
         assert r.returncode == 2 and message in r.stderr, (message, r.stderr)
-        with pytest.raises(P.PreprocessError):
-            (P.image_steps if steps is CLIP_STEPS else P.audio_steps)(data, steps)
+        with pytest.raises(PreprocessError):
+            (I.prepare_image if steps is CLIP_STEPS else S.prepare_audio)(data, steps)
 
 
 def test_steps_from_hugging_face_preprocessor_configs(tmp_path: Path) -> None:
     """The configs transformers writes give the steps (and so the pixels and features) it computes."""
     from transformers import CLIPImageProcessorPil, WhisperFeatureExtractor
 
-    from deployc.load.manifest import AudioStage, ImageStage
-    from deployc.pipeline.preprocessing import (
-        audio_shape,
-        audio_steps,
-        image_shape,
-        image_steps,
-    )
+    from deployc.pipeline.ops.audio import AudioStage
+    from deployc.pipeline.ops.audio import features_shape as audio_shape
+    from deployc.pipeline.ops.audio import resolve_steps as audio_steps
+    from deployc.pipeline.ops.image import ImageStage
+    from deployc.pipeline.ops.image import pixels_shape as image_shape
+    from deployc.pipeline.ops.image import resolve_steps as image_steps
 
     (tmp_path / "clip.json").write_text(json.dumps(CLIPImageProcessorPil().to_dict()))
     steps, problems = image_steps(ImageStage(name="px", op="image", input="i", preprocessor="clip.json"), tmp_path)

@@ -73,7 +73,7 @@ def test_retrieval_finds_the_right_document(rag: Path, target: str) -> None:
     for question, source in QUESTIONS.items():
         tokens = bundle.stage({"op": "tokenize"}, {"input": question}, params)
         emb = bundle.call("embedder", [tokens["input_ids"], tokens["attention_mask"]])[0]
-        found = bundle.search({"index": "assets/indexes/docs.json", "top_k": 3}, emb)
+        found = bundle.stage({"op": "vector_search"}, {"query": emb}, {"index": "assets/indexes/docs.json", "top_k": 3})
         hits += source in [c["source"] for c in found["chunks"]]
     assert hits == len(QUESTIONS)
 

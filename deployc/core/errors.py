@@ -95,3 +95,9 @@ class PlanChanged(DeploycError):
     """A saved plan no longer matches its inputs (a hashed file or the toolchain changed). Exit 2."""
 
     exit_code = 2
+
+
+class PreprocessError(DeploycError):
+    """An image or audio input that cannot be decoded or prepared (the caller names the stage). Exit 2."""
+
+    exit_code = 2

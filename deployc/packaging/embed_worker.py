@@ -24,14 +24,14 @@ def main(argv: list[str]) -> int:
     from deployc.pipeline.host.tokenizers import encode, load_tokenizer
 
     if argv[0] == "--images":
-        from deployc.pipeline.host.preprocess import image_steps
+        from deployc.pipeline.host.images import prepare_image
 
         program, steps_path, files_path, out_path = argv[1:]
         steps = json.loads(Path(steps_path).read_text())
         items = json.loads(Path(files_path).read_text())
 
         def prepare(item: str) -> list[torch.Tensor]:
-            return [torch.from_numpy(image_steps(Path(item).read_bytes(), steps))]
+            return [torch.from_numpy(prepare_image(Path(item).read_bytes(), steps))]
     else:
         program, tokenizer, max_tokens, pad_to, texts_path, out_path = argv
         tk = load_tokenizer(Path(tokenizer), int(max_tokens))

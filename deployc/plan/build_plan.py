@@ -22,8 +22,8 @@ from deployc.core.atomic import write_atomic
 from deployc.core.errors import Location, UserError
 from deployc.core.quantization import Recipe
 from deployc.core.records import Frozen
-from deployc.load.manifest import TokenizerAsset
 from deployc.pipeline.config import PipelineConfig
+from deployc.pipeline.schema import TokenizerAsset
 from deployc.plan.toolchain import Toolchain
 
 PLAN_SCHEMA_VERSION = 2

@@ -16,7 +16,7 @@ from deployc.core.errors import Diagnostic, PlanError
 from deployc.core.file_hashes import FileHashes
 from deployc.core.quantization import SCHEMES, Recipe
 from deployc.load import hf_directory
-from deployc.load.manifest import GENERATION_TOKENS, AudioStage, ImageStage, ModelSpec
+from deployc.load.manifest import GENERATION_TOKENS, ModelSpec
 from deployc.load.model_sources import (
     imported_packages,
     imported_versions,
@@ -24,9 +24,9 @@ from deployc.load.model_sources import (
     source_files,
 )
 from deployc.load.project import Project
+from deployc.pipeline.assets import corpus_files, tokenizer_file
 from deployc.pipeline.config import pipeline_config
-from deployc.pipeline.files import corpus_files, tokenizer_file
-from deployc.pipeline.preprocessing import image_steps
+from deployc.pipeline.ops import image, op_of
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     STEP_ORDER,
@@ -313,8 +313,8 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
                                          source=pipeline.tokenizers[name], sha256=sha)
                       for name, sha in sorted(shas.items())]
     for stage in pipeline.stages:
-        if isinstance(stage, (ImageStage, AudioStage)) and stage.preprocessor:
-            inputs.add(folder / stage.preprocessor, "preprocessor")
+        for file in op_of(stage).files(stage, folder):
+            inputs.add(file, "preprocessor")
     by_model = {u.model: u for u in units}
     for name, ix in sorted(pipeline.indexes.items()):
         unit = by_model[ix.model]
@@ -323,7 +323,7 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
         if ix.image is not None:  # an image corpus: one vector per image, prepared as the image stage says
             stage = next(s for s in pipeline.stages if s.name == ix.image)
             plan = IndexAssetPlan(name=name, file=layout.index_file(name), model=ix.model,
-                                  program_key=unit.program_key, image_steps=image_steps(stage, folder)[0],
+                                  program_key=unit.program_key, image_steps=image.resolve_steps(stage, folder)[0],
                                   corpus=corpus)
         else:
             assert ix.tokenizer is not None

@@ -11,25 +11,25 @@ from typing import Any
 
 import numpy as np
 
-from deployc.core.errors import RunError, UserError
+from deployc.core.errors import PreprocessError, RunError, UserError
 from deployc.core.layout import RUNTIME_JSON
 from deployc.packaging.inspection import verify_bundle
-from deployc.pipeline.host.generation import generate, prompt_room
-from deployc.pipeline.host.tokenizers import encode, load_tokenizer
+from deployc.pipeline.host.assets import AssetFiles
+from deployc.pipeline.ops import OPS
 
 
-class Bundle:
+class Bundle(AssetFiles):
+    """A bundle opened on this host: what its stages' ops run with (pipeline/ops/base.Host)."""
+
     def __init__(self, folder: Path) -> None:
         problems = verify_bundle(folder)
         if problems:
             raise RunError(f"{folder}: bundle does not match its lock: " + "; ".join(problems))
-        self.folder = folder
+        super().__init__(folder)
         self.config = json.loads((folder / RUNTIME_JSON).read_text())
         self.programs = {p["name"]: p for p in self.config["programs"]}
         self._programs: dict[str, Any] = {}
         self._methods: dict[tuple[str, str], Any] = {}
-        self._tokenizers: dict[tuple[str, int | None], Any] = {}
-        self._indexes: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
         self.generation: dict[str, Any] = {}  # the last generate stage's figures
 
     # ---- resources, loaded once -------------------------------------------------------------------------
@@ -66,19 +66,6 @@ class Bundle:
         except BuildError as exc:
             raise RunError(f"program {program} runs on {entry['backend']} (unit {entry['unit']}); this host can run "
                            f"it only with that backend's host libraries: {exc}") from exc
-
-    def tokenizer(self, file: str, max_length: int | None) -> Any:
-        key = (file, max_length)
-        if key not in self._tokenizers:
-            self._tokenizers[key] = load_tokenizer(self.folder / file, max_length)
-        return self._tokenizers[key]
-
-    def index(self, file: str) -> tuple[dict[str, Any], np.ndarray]:
-        if file not in self._indexes:
-            meta = json.loads((self.folder / file).read_text())
-            raw = np.fromfile(self.folder / Path(file).parent / meta["vectors"], dtype="<f4")
-            self._indexes[file] = (meta, raw.reshape(meta["count"], meta["dim"]))
-        return self._indexes[file]
 
     # ---- programs ---------------------------------------------------------------------------------------
     def signature(self, program: str, method: str) -> dict[str, Any]:
@@ -147,91 +134,17 @@ class Bundle:
                 **({"generation": self.generation} if self.generation else {})}
 
     def stage(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-        op = stage["op"]
-        if op in ("image", "audio"):
-            from deployc.pipeline.host.preprocess import (
-                PreprocessError,
-                audio_steps,
-                image_steps,
-            )
+        """One stage (a runtime config entry: op, and program and method where it calls one) on its inputs."""
+        op = OPS.get(stage["op"])
+        if op is None:
+            raise RunError(f"stage {stage.get('name', '?')}: unknown op {stage['op']!r} (bundle from a newer deployc?)")
+        try:
+            return op.run(stage, args, params, self)
+        except PreprocessError as exc:
+            raise UserError.at(self.folder, f"stage {stage.get('name', '?')} ({stage['op']}): {exc}") from exc
 
-            try:
-                if op == "image":
-                    return {"pixels": image_steps(args["input"], params["steps"])}
-                return {"features": audio_steps(args["input"], params["steps"])}
-            except PreprocessError as exc:
-                raise UserError.at(self.folder, f"stage {stage['name']} ({op}): {exc}") from exc
-        if op == "similarity":
-            return similarity(args["a"], args["b"], params["metric"], params["top_k"])
-        if op == "tokenize":
-            ids, mask = encode(self.tokenizer(params["tokenizer"], params["max_length"]), args["input"],
-                               params.get("pad_to", 0))
-            return {"input_ids": ids, "attention_mask": mask}
-        if op == "model":
-            signature = self.signature(stage["program"], stage["method"])
-            outs = self.call(stage["program"], [args[i["name"]] for i in signature["inputs"]], stage["method"])
-            return {o["name"]: v for o, v in zip(signature["outputs"], outs)}
-        if op == "vector_search":
-            return self.search(params, args["query"])
-        if op == "template":
-            text = {k: _as_text(v) for k, v in args.items()}
-            return {"text": params["template"].format(**text)}
-        if op == "generate":
-            return self.generate(stage["program"], params, args["prompt"])
-        raise RunError(f"stage {stage['name']}: unknown op {op!r} (bundle from a newer deployc?)")
-
-    def search(self, params: dict[str, Any], query: np.ndarray) -> dict[str, Any]:
-        meta, vectors = self.index(params["index"])
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        if q.shape[0] != meta["dim"]:
-            raise RunError(f"query has dimension {q.shape[0]}, index {meta['name']} holds {meta['dim']}")
-        scores = vectors @ q / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(q) + 1e-12)
-        top = np.argsort(-scores, kind="stable")[: params["top_k"]]
-        chunks = [{**meta["chunks"][i], "score": round(float(scores[i]), 6)} for i in top]
-        return {"chunks": chunks, "text": _as_text(chunks), "scores": scores[top].astype(np.float32)}
-
-    def generate(self, program: str, params: dict[str, Any], prompt: str) -> dict[str, Any]:
-        tk = self.tokenizer(params["tokenizer"], None)
-        ids = tk.encode(prompt, add_special_tokens=False).ids
-        if "bos_id" in params:
-            ids = [params["bos_id"], *ids]
-        stops = params.get("stop", [])
-
-        calls: list[float] = []  # when each decoder call began: the second one follows the first token
-
-        def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-            calls.append(time.perf_counter())
-            return self.call(program, [tokens, positions])[0]
-
-        def stopped(out: list[int]) -> bool:
-            text = tk.decode(out)
-            return any(s in text for s in stops)
-
-        start = time.perf_counter()
-        new = generate(step, ids, params["max_new_tokens"], params["max_seq_len"], params.get("eos_ids", []),
-                       params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
-        end = time.perf_counter()
-        first = (calls[1] if len(calls) > 1 else end) - start
-        room = prompt_room(params["max_new_tokens"], params["max_seq_len"])
-        per_token = (end - calls[1]) * 1000 / (len(calls) - 1) if len(calls) > 1 else 0.0
-        self.generation = {"prompt_tokens": min(len(ids), room), "tokens": len(new),
-                           "first_token_ms": round(first * 1000, 3), "per_token_ms": round(per_token, 3)}
-        text = tk.decode(new)
-        for s in stops:
-            text = text.split(s)[0]
-        return {"text": text, "tokens": np.asarray([new], dtype=np.int64)}
-
-
-def similarity(a: np.ndarray, b: np.ndarray, metric: str, top_k: int) -> dict[str, Any]:
-    """Scores of the one embedding `a` against every row of `b` (float64 sums, as the native runner),
-    and the rows' indices best first (the first on ties)."""
-    q = np.asarray(a, dtype=np.float64).reshape(-1)
-    rows = np.asarray(b, dtype=np.float64).reshape(-1, q.shape[0]) if q.size else np.zeros((0, 0))
-    scores = rows @ q
-    if metric == "cosine":
-        scores = scores / (np.linalg.norm(rows, axis=1) * np.linalg.norm(q) + 1e-12)
-    top = np.argsort(-scores, kind="stable")[:top_k]
-    return {"scores": scores.astype(np.float32), "top": top.astype(np.int64)}
+    def note(self, figures: dict[str, Any]) -> None:
+        self.generation = figures
 
 
 def _file(name: str, path: str) -> bytes:
@@ -252,12 +165,6 @@ def _ready(stage: dict[str, Any], values: dict[str, Any], stages: list[dict[str,
         if source is None or not _ready(source, values, stages):
             return False
     return True
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, list):
-        return "\n\n".join(c["text"] for c in value)
-    return str(value)
 
 
 def jsonable(value: Any) -> Any:

@@ -17,6 +17,8 @@
 //                                                           an image or audio stage's steps on one file
 //   deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] [--no-special]
 //                                                           ids and decoded text of each string, as JSON
+//   deployc-runner --op VECTOR.json                         one op on a conformance vector's inputs (its files
+//                                                           beside it), outputs as JSON (tests/conformance/)
 //
 // Exit codes: 0 ok, 1 the runtime failed, 2 bad bundle or bad input.
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include <executorch/extension/tensor/tensor.h>
 
 #include "bundle.h"
+#include "ops.h"
 #include "pipeline.h"
 #include "preprocess.h"
 #include "self_test.h"
@@ -44,7 +47,7 @@ namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
                "[--repeat N]] [--pipeline [--text NAME=VALUE] [--file NAME=PATH] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
-               "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
+               "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --op VECTOR.json\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
 }
@@ -52,6 +55,60 @@ int usage() {
 int report(const Failure& f) {
   std::cerr << "error: " << f.message << "\n";
   return f.exit_code;
+}
+
+// A conformance vector's input: text, a tensor {dtype, shape, data}, a file beside the vector {file} (its
+// bytes: an image or audio input) or retrieved chunks {chunks: [{id, source, text, score}]}.
+Failure vector_value(const nlohmann::json& v, const std::string& root, Value& out) {
+  if (v.is_string()) {
+    out = v.get<std::string>();
+  } else if (v.is_object() && v.contains("file")) {
+    std::ifstream in(root + "/" + v.at("file").get<std::string>(), std::ios::binary);
+    if (!in) return {2, "cannot read " + v.at("file").get<std::string>()};
+    out = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  } else if (v.is_object() && v.contains("chunks")) {
+    std::vector<Chunk> chunks;
+    for (const auto& c : v.at("chunks"))
+      chunks.push_back(Chunk{c.at("id"), c.at("source"), c.at("text"), c.at("score")});
+    out = chunks;
+  } else if (v.is_object() && v.contains("dtype")) {
+    Array a{v.at("dtype"), v.at("shape").get<std::vector<int64_t>>(), {}};
+    a.data.resize(a.numel() * dtype_size(a.dtype));
+    const auto& data = v.at("data");
+    if (data.size() != a.numel()) return {2, "tensor data holds " + std::to_string(data.size()) + " values"};
+    for (size_t i = 0; i < a.numel(); ++i) {
+      if (a.dtype == "float32") reinterpret_cast<float*>(a.data.data())[i] = data[i].get<float>();
+      else if (a.dtype == "int64") reinterpret_cast<int64_t*>(a.data.data())[i] = data[i].get<int64_t>();
+      else reinterpret_cast<int32_t*>(a.data.data())[i] = data[i].get<int32_t>();
+    }
+    out = a;
+  } else {
+    return {2, "an input must be text, {dtype, shape, data}, {file} or {chunks}"};
+  }
+  return {};
+}
+
+// One op of the table on a conformance vector, outside any bundle: {op, params, inputs} in, {outputs} out.
+int run_op(int argc, char** argv) {
+  if (argc != 3) return usage();
+  std::string path = argv[2];
+  std::ifstream in(path);
+  nlohmann::json vector = nlohmann::json::parse(in, nullptr, false);
+  if (vector.is_discarded() || !vector.is_object()) return report({2, path + ": not a JSON object"});
+  std::string root = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+  auto op = op_table().find(vector.value("op", std::string()));
+  if (op == op_table().end()) return report({2, path + ": op " + vector.value("op", std::string()) + " is unknown"});
+  StageSpec stage{"conformance", op->first, "", "", vector.at("params").dump(), {}, {}};
+  Values args, out;
+  for (const auto& [port, v] : vector.at("inputs").items())
+    if (Failure f = vector_value(v, root, args[port])) return report({f.exit_code, port + ": " + f.message});
+  OpContext ctx(root, nullptr, {});
+  if (Failure f = op->second(ctx, stage, vector.at("params"), args, out)) return report(f);
+  nlohmann::json outputs = nlohmann::json::object();
+  for (const auto& [port, v] : out) outputs[port] = to_json(v);
+  std::cout << nlohmann::json{{"outputs", outputs}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+            << "\n";
+  return 0;
 }
 
 // Tokenizes a JSON array of strings: how the parity tests and the benchmark drive the native tokenizers.
@@ -141,6 +198,7 @@ int main(int argc, char** argv) {
   if (std::string(argv[1]) == "--raw") return raw(argc, argv);
   if (std::string(argv[1]) == "--tokenize") return tokenize(argc, argv);
   if (std::string(argv[1]) == "--preprocess") return preprocess(argc, argv);
+  if (std::string(argv[1]) == "--op") return run_op(argc, argv);
   std::string dir = argv[1], program, method = "forward", output_dir, until;
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
@@ -194,12 +252,12 @@ int main(int argc, char** argv) {
     return result["passed"].get<bool>() ? 0 : 1;
   }
   if (pipeline) {
-    auto p = Pipeline::open(*bundle, f);
-    if (!p) return report(f);
     RunOptions options{until, nullptr};
     if (stream) options.on_text = [](const std::string& piece) { std::cerr << piece << std::flush; };
+    auto p = Pipeline::open(*bundle, f, options);
+    if (!p) return report(f);
     nlohmann::json result;
-    if (Failure pf = p->run(texts, sets, options, result)) return report(pf);
+    if (Failure pf = p->run(texts, sets, result)) return report(pf);
     result["threads"] = bundle->threads();
     std::cout << result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;

@@ -2,255 +2,32 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <cmath>
-#include <fstream>
-#include <numeric>
-#include <random>
-#include <variant>
-
-#include "preprocess.h"
 
 namespace deployc {
 
 using nlohmann::json;
 
 namespace {
-struct Chunk {
-  int64_t id;
-  std::string source, text;
-  double score;
-};
-using Value = std::variant<Array, std::string, std::vector<Chunk>>;
-
-std::string as_text(const Value& v) {
-  if (auto s = std::get_if<std::string>(&v)) return *s;
-  if (auto c = std::get_if<std::vector<Chunk>>(&v)) {
-    std::string out;
-    for (size_t i = 0; i < c->size(); ++i) out += (i ? "\n\n" : "") + (*c)[i].text;
-    return out;
-  }
-  return "";
-}
-
-json to_json(const Value& v) {
-  if (auto s = std::get_if<std::string>(&v)) return *s;
-  if (auto c = std::get_if<std::vector<Chunk>>(&v)) {
-    json out = json::array();
-    for (const auto& ch : *c) out.push_back({{"id", ch.id}, {"source", ch.source}, {"text", ch.text}, {"score", ch.score}});
-    return out;
-  }
-  const auto& a = std::get<Array>(v);
-  json data = json::array();
-  for (size_t i = 0; i < a.numel(); ++i) {
-    if (a.dtype == "float32") data.push_back(a.as<float>()[i]);
-    else if (a.dtype == "int64") data.push_back(a.as<int64_t>()[i]);
-    else data.push_back(a.as<int32_t>()[i]);
-  }
-  return {{"dtype", a.dtype}, {"shape", a.shape}, {"data", data}};
-}
-
-Failure search(Bundle& bundle, const json& params, const Array& query, std::map<std::string, Value>& out) {
-  std::ifstream in(bundle.dir() + "/" + params.at("index").get<std::string>());
-  json meta = json::parse(in, nullptr, false);
-  if (meta.is_discarded()) return {1, "index " + params.at("index").get<std::string>() + " is unreadable"};
-  const int64_t count = meta.at("count"), dim = meta.at("dim");
-  if (query.dtype != "float32" || static_cast<int64_t>(query.numel()) != dim)
-    return {2, "vector_search: the query has " + std::to_string(query.numel()) + " values, the index " +
-                   std::to_string(dim) + " dimensions"};
-  std::string folder = params.at("index").get<std::string>();
-  folder = folder.substr(0, folder.find_last_of('/') + 1);
-  std::ifstream vin(bundle.dir() + "/" + folder + meta.at("vectors").get<std::string>(), std::ios::binary);
-  std::vector<float> vectors(static_cast<size_t>(count * dim));
-  vin.read(reinterpret_cast<char*>(vectors.data()), static_cast<std::streamsize>(vectors.size() * sizeof(float)));
-  if (!vin) return {1, "index vectors are truncated"};
-  const float* q = query.as<float>();
-  double qn = 0;
-  for (int64_t j = 0; j < dim; ++j) qn += static_cast<double>(q[j]) * q[j];
-  std::vector<double> scores(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    double dot = 0, vn = 0;
-    for (int64_t j = 0; j < dim; ++j) {
-      double x = vectors[static_cast<size_t>(i * dim + j)];
-      dot += x * q[j];
-      vn += x * x;
-    }
-    scores[static_cast<size_t>(i)] = dot / (std::sqrt(vn) * std::sqrt(qn) + 1e-12);
-  }
-  std::vector<int64_t> order(static_cast<size_t>(count));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
-  const int64_t k = std::min<int64_t>(params.at("top_k").get<int64_t>(), count);
-  std::vector<Chunk> chunks;
-  Array top{"float32", {k}, std::vector<uint8_t>(static_cast<size_t>(k) * 4)};
-  for (int64_t i = 0; i < k; ++i) {
-    const json& c = meta.at("chunks").at(static_cast<size_t>(order[i]));
-    chunks.push_back(Chunk{c.at("id"), c.at("source"), c.at("text"), scores[static_cast<size_t>(order[i])]});
-    reinterpret_cast<float*>(top.data.data())[i] = static_cast<float>(scores[static_cast<size_t>(order[i])]);
-  }
-  out["text"] = as_text(chunks);
-  out["chunks"] = chunks;
-  out["scores"] = top;
-  return {};
-}
-
-// Scores of the one embedding `a` against every row of `b` (float64 sums) and the rows best first.
-void similarity(const Array& a, const Array& b, const std::string& metric, int64_t top_k,
-                std::map<std::string, Value>& out) {
-  const size_t dim = a.numel(), rows = b.numel() / dim;
-  const float* q = a.as<float>();
-  const float* m = b.as<float>();
-  double qn = 0;
-  for (size_t j = 0; j < dim; ++j) qn += static_cast<double>(q[j]) * q[j];
-  std::vector<double> scores(rows);
-  for (size_t i = 0; i < rows; ++i) {
-    double dot = 0, n = 0;
-    for (size_t j = 0; j < dim; ++j) {
-      dot += static_cast<double>(m[i * dim + j]) * q[j];
-      n += static_cast<double>(m[i * dim + j]) * m[i * dim + j];
-    }
-    scores[i] = metric == "cosine" ? dot / (std::sqrt(n) * std::sqrt(qn) + 1e-12) : dot;
-  }
-  std::vector<int64_t> order(rows);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return scores[x] > scores[y]; });
-  order.resize(std::min<size_t>(rows, static_cast<size_t>(top_k)));
-  Array s{"float32", {static_cast<int64_t>(rows)}, std::vector<uint8_t>(rows * 4)};
-  for (size_t i = 0; i < rows; ++i) reinterpret_cast<float*>(s.data.data())[i] = static_cast<float>(scores[i]);
-  Array t{"int64", {static_cast<int64_t>(order.size())}, std::vector<uint8_t>(order.size() * 8)};
-  std::memcpy(t.data.data(), order.data(), t.data.size());
-  out["scores"] = s;
-  out["top"] = t;
-}
-
-Array int64_row(const std::vector<int64_t>& ids, bool flat = false) {
-  Array a{"int64", flat ? std::vector<int64_t>{static_cast<int64_t>(ids.size())}
-                        : std::vector<int64_t>{1, static_cast<int64_t>(ids.size())}, {}};
-  a.data.resize(ids.size() * sizeof(int64_t));
-  std::memcpy(a.data.data(), ids.data(), a.data.size());
-  return a;
-}
-
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
-
-// The next token from logits, as deployc run chooses it: argmax (first on ties) at temperature 0;
-// else softmax at the temperature, the smallest top-p set in descending order, one draw from `rng`.
-// (Sampled streams differ from Python's: numpy's generator is not reproduced here.)
-int64_t choose(const Array& logits, double temperature, double top_p, std::mt19937_64& rng) {
-  const float* x = logits.as<float>();
-  const size_t n = logits.numel();
-  if (temperature <= 0.0) return static_cast<int64_t>(std::max_element(x, x + n) - x);
-  double top = *std::max_element(x, x + n), total = 0;
-  std::vector<double> probs(n);
-  for (size_t i = 0; i < n; ++i) total += probs[i] = std::exp((x[i] - top) / temperature);
-  for (auto& p : probs) p /= total;
-  std::vector<size_t> ranked(n);
-  std::iota(ranked.begin(), ranked.end(), 0);
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return probs[a] > probs[b]; });
-  size_t keep = 0;
-  double cumulative = 0;
-  while (keep < n) {
-    cumulative += probs[ranked[keep++]];
-    if (cumulative >= top_p) break;
-  }
-  double mass = 0;
-  for (size_t i = 0; i < keep; ++i) mass += probs[ranked[i]];
-  double draw = std::uniform_real_distribution<double>(0.0, mass)(rng);
-  for (size_t i = 0; i < keep; ++i) {
-    draw -= probs[ranked[i]];
-    if (draw <= 0) return static_cast<int64_t>(ranked[i]);
-  }
-  return static_cast<int64_t>(ranked[keep - 1]);
-}
-
-struct GenerateStats {
-  size_t prompt_tokens = 0, tokens = 0;
-  double first_token_ms = 0, per_token_ms = 0;
-};
-
-// Prefill the prompt in one call, then one call per new token: the loop of deployc run (generation.py).
-Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, const Tokenizer& tk,
-                 const std::string& prompt, const RunOptions& options, std::map<std::string, Value>& out,
-                 GenerateStats& stats) {
-  auto start = std::chrono::steady_clock::now();
-  std::vector<int64_t> ids;
-  if (Failure f = tk.encode(prompt, false, 0, ids)) return {f.exit_code, "stage " + stage.name + ": " + f.message};
-  if (params.contains("bos_id")) ids.insert(ids.begin(), params.at("bos_id").get<int64_t>());
-  const int64_t max_new = params.at("max_new_tokens"), max_seq = params.at("max_seq_len");
-  // The prompt keeps its last tokens when it would not leave room for the answer (as deployc run does).
-  const size_t room = static_cast<size_t>(max_new < max_seq ? max_seq - max_new : 1);
-  if (ids.size() > room) ids.erase(ids.begin(), ids.end() - static_cast<long>(room));
-  std::vector<int64_t> eos = params.value("eos_ids", std::vector<int64_t>{});
-  std::vector<std::string> stops = params.value("stop", std::vector<std::string>{});
-  const double temperature = params.value("temperature", 0.0), top_p = params.value("top_p", 1.0);
-  std::mt19937_64 rng(params.value("seed", 0));
-  stats.prompt_tokens = ids.size();
-  std::vector<Array> outputs;
-  auto step = [&](const std::vector<int64_t>& tokens, int64_t first_pos) -> Failure {
-    std::vector<int64_t> pos(tokens.size());
-    std::iota(pos.begin(), pos.end(), first_pos);
-    return bundle.run(stage.program, stage.method, {int64_row(tokens), int64_row(pos, true)}, outputs);
-  };
-  if (Failure f = step(ids, 0)) return f;
-  std::vector<int64_t> generated;
-  std::string streamed;
-  int64_t pos = static_cast<int64_t>(ids.size());
-  double decode_ms = 0;
-  while (static_cast<int64_t>(generated.size()) < max_new && pos < max_seq) {
-    int64_t token = choose(outputs.at(0), temperature, top_p, rng);
-    if (generated.empty()) stats.first_token_ms = since(start);
-    if (std::find(eos.begin(), eos.end(), token) != eos.end()) break;
-    generated.push_back(token);
-    std::string text = tk.decode(generated);
-    if (options.on_text && text.size() > streamed.size() && text.compare(0, streamed.size(), streamed) == 0) {
-      options.on_text(text.substr(streamed.size()));
-      streamed = text;
-    }
-    if (std::any_of(stops.begin(), stops.end(), [&](const std::string& s) { return text.find(s) != std::string::npos; }))
-      break;
-    auto t = std::chrono::steady_clock::now();
-    if (Failure f = step({token}, pos)) return f;
-    decode_ms += since(t);
-    ++pos;
-  }
-  stats.tokens = generated.size();
-  stats.per_token_ms = generated.size() > 1 ? decode_ms / static_cast<double>(generated.size() - 1) : 0.0;
-  std::string text = tk.decode(generated);
-  for (const auto& s : stops) text = text.substr(0, text.find(s));
-  out["text"] = text;
-  out["tokens"] = int64_row(generated);
-  return {};
-}
-
-const ProgramSpec* program_of(const RuntimeConfig& config, const std::string& name) {
-  for (const auto& c : config.programs) if (c.name == name) return &c;
-  return nullptr;
-}
 }  // namespace
 
-std::unique_ptr<Pipeline> Pipeline::open(Bundle& bundle, Failure& failure) {
+std::unique_ptr<Pipeline> Pipeline::open(Bundle& bundle, Failure& failure, RunOptions options) {
   const auto& config = bundle.config();
   if (!config.has_pipeline) {
     failure = {2, "bundle has no pipeline"};
     return nullptr;
   }
-  auto p = std::unique_ptr<Pipeline>(new Pipeline(bundle));
+  auto p = std::unique_ptr<Pipeline>(new Pipeline(bundle, std::move(options)));
   auto start = std::chrono::steady_clock::now();
   for (const auto& stage : config.stages) {
     if (!stage.program.empty())
       if ((failure = bundle.load(stage.program, stage.method))) return nullptr;
     json params = json::parse(stage.params_json, nullptr, false);
-    if (params.is_object() && params.contains("tokenizer")) {
-      std::string file = params.at("tokenizer");
-      if (p->tokenizers_.count(file)) continue;
-      auto tk = Tokenizer::open(bundle.dir() + "/" + file, failure);
-      if (!tk) {
-        failure.message = "stage " + stage.name + " (" + stage.op + "): " + failure.message;
-        return nullptr;
-      }
-      p->tokenizers_[file] = std::move(tk);
+    if (params.is_object() && params.contains("tokenizer") && !p->ctx_.tokenizer(params.at("tokenizer"), failure)) {
+      failure.message = "stage " + stage.name + " (" + stage.op + "): " + failure.message;
+      return nullptr;
     }
   }
   p->load_ms_ = since(start);
@@ -258,9 +35,10 @@ std::unique_ptr<Pipeline> Pipeline::open(Bundle& bundle, Failure& failure) {
 }
 
 Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std::map<std::string, Array>& tensors,
-                      const RunOptions& options, json& result) {
+                      json& result) {
   const auto& config = bundle_.config();
-  std::map<std::string, Value> values;
+  const RunOptions& options = ctx_.options();
+  Values values;
   for (const auto& [k, v] : tensors) values[k] = v;
   for (const auto& [k, v] : texts) values[k] = v;
   json latency = json::object(), stages = json::object(), generation = json::object();
@@ -270,7 +48,7 @@ Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std
     if (std::find(config.pipeline_inputs.begin(), config.pipeline_inputs.end(), name) == config.pipeline_inputs.end())
       return {2, "unknown pipeline input " + name};
   for (const auto& stage : config.stages) {
-    std::map<std::string, Value> args;
+    Values args;
     bool ready = true;  // a stage whose inputs were not given (nor made) is skipped, as deployc run does
     for (const auto& item : stage.inputs) {
       auto eq = item.find('=');
@@ -288,71 +66,17 @@ Failure Pipeline::run(const std::map<std::string, std::string>& texts, const std
       if (stage.name == options.until) return {2, "--until " + stage.name + ": its inputs were not given"};
       continue;
     }
-    json params = json::parse(stage.params_json);
-    std::map<std::string, Value> out;
+    Values out;
     auto start = std::chrono::steady_clock::now();
-    const Tokenizer* tk = params.contains("tokenizer") ? tokenizers_.at(params.at("tokenizer")).get() : nullptr;
     if (given_all) {
       for (const auto& port : stage.outputs) out[port] = tensors.at(stage.name + "." + port);
-    } else if (stage.op == "image" || stage.op == "audio") {
-      auto bytes = std::get_if<std::string>(&args["input"]);
-      if (!bytes) return {2, "stage " + stage.name + ": input is not a file"};
-      Array a;
-      Failure f = stage.op == "image" ? image_steps(*bytes, params.at("steps"), a) : audio_steps(*bytes, params.at("steps"), a);
-      if (f) return {f.exit_code, "stage " + stage.name + " (" + stage.op + "): " + f.message};
-      out[stage.op == "image" ? "pixels" : "features"] = a;
-    } else if (stage.op == "similarity") {
-      auto a = std::get_if<Array>(&args["a"]);
-      auto b = std::get_if<Array>(&args["b"]);
-      if (!a || !b || a->dtype != "float32" || b->dtype != "float32" || a->numel() == 0 || b->numel() % a->numel())
-        return {2, "stage " + stage.name + ": a and b must be float32 embeddings of the same dimension"};
-      similarity(*a, *b, params.value("metric", std::string("cosine")), params.value("top_k", 1), out);
-    } else if (stage.op == "tokenize") {
-      auto text = std::get_if<std::string>(&args["input"]);
-      if (!text) return {2, "stage " + stage.name + ": input is not text"};
-      std::vector<int64_t> ids;
-      if (Failure f = tk->encode(*text, true, params.value("max_length", 0), ids))
-        return {f.exit_code, "stage " + stage.name + " (tokenize): " + f.message};
-      std::vector<int64_t> mask(ids.size(), 1);
-      if (size_t pad_to = params.value("pad_to", 0)) {  // a static-length program: pad and mask out
-        ids.resize(std::min(ids.size(), pad_to));
-        mask.resize(ids.size());
-        ids.resize(pad_to, tk->pad_id());
-        mask.resize(pad_to, 0);
-      }
-      out["input_ids"] = int64_row(ids);
-      out["attention_mask"] = int64_row(mask);
-    } else if (stage.op == "model") {
-      const ProgramSpec* p = program_of(config, stage.program);
-      const MethodSpec* m = p ? p->method(stage.method) : nullptr;
-      if (!m) return {2, "stage " + stage.name + ": program " + stage.program + " has no method " + stage.method};
-      std::vector<Array> inputs, outputs;
-      for (const auto& t : m->inputs) {
-        auto a = std::get_if<Array>(&args[t.name]);
-        if (!a) return {2, "stage " + stage.name + ": input " + t.name + " is not a tensor"};
-        inputs.push_back(*a);
-      }
-      if (Failure f = bundle_.run(stage.program, stage.method, inputs, outputs)) return f;
-      for (size_t i = 0; i < outputs.size() && i < m->outputs.size(); ++i) out[m->outputs[i].name] = outputs[i];
-    } else if (stage.op == "vector_search") {
-      auto q = std::get_if<Array>(&args["query"]);
-      if (!q) return {2, "stage " + stage.name + ": query is not a tensor"};
-      if (Failure f = search(bundle_, params, *q, out)) return f;
-    } else if (stage.op == "template") {
-      std::string text = params.at("template");
-      for (const auto& [name, v] : args) {
-        std::string key = "{" + name + "}", with = as_text(v);
-        for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + with.size()))
-          text.replace(pos, key.size(), with);
-      }
-      out["text"] = text;
-    } else if (stage.op == "generate") {
-      GenerateStats g;
-      if (Failure f = generate(bundle_, stage, params, *tk, as_text(args["prompt"]), options, out, g)) return f;
-      generation = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"first_token_ms", g.first_token_ms},
-                    {"per_token_ms", g.per_token_ms}};
     } else {
-      return {2, "stage " + stage.name + ": op " + stage.op + " is unknown to this runner (a newer bundle?)"};
+      auto op = op_table().find(stage.op);
+      if (op == op_table().end())
+        return {2, "stage " + stage.name + ": op " + stage.op + " is unknown to this runner (a newer bundle?)"};
+      ctx_.figures = json::object();
+      if (Failure f = op->second(ctx_, stage, json::parse(stage.params_json), args, out)) return f;
+      if (!ctx_.figures.empty()) generation = ctx_.figures;
     }
     latency[stage.name] = since(start);
     json stage_json = json::object();

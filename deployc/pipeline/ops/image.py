@@ -1,36 +1,54 @@
-"""Image and audio stages resolved into the steps the runtime config declares: the manifest's fields,
-with the ones left out taken from a Hugging Face `preprocessor_config.json`. Pure Python (reads JSON);
-validate reports the problems, the planner writes the steps into the bundle's pipeline.
-"""
+"""`image`: decode an image file and turn it into a model's pixel tensor: decode -> resize -> center crop ->
+rescale -> normalize -> layout, each setting from the stage or else from a Hugging Face preprocessor config.
+The steps are resolved at plan time (pure); they run in pipeline/host/images.py (and native/src/preprocess.cpp)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from deployc.load.manifest import AudioStage, ImageStage
+from pydantic import Field
+
+from deployc.core.records import Frozen
+from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
+from deployc.pipeline.ports import Port
+from deployc.pipeline.preprocessor_config import Problem, read_config
+
+if TYPE_CHECKING:
+    from deployc.load.manifest import Manifest
 
 # PIL's resampling codes, as transformers writes them into preprocessor configs.
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-Problem = tuple[str, str]  # (field of the stage, message)
+
+class Resize(Frozen):
+    """Resize to a fixed size, or the shorter side to `shortest_edge` (aspect ratio kept)."""
+
+    shortest_edge: Annotated[int, Field(ge=1, le=8192)] | None = None
+    height: Annotated[int, Field(ge=1, le=8192)] | None = None
+    width: Annotated[int, Field(ge=1, le=8192)] | None = None
+    filter: Literal["bilinear", "bicubic"] = "bicubic"
 
 
-def _config(path: str | None, folder: Path) -> tuple[dict[str, Any], list[Problem]]:
-    if path is None:
-        return {}, []
-    if Path(path).is_absolute() or ".." in Path(path).parts:
-        return {}, [("preprocessor", f"{path!r} must stay inside the manifest's folder")]
-    file = folder / path
-    try:
-        data = json.loads(file.read_text())
-    except OSError:
-        return {}, [("preprocessor", f"file not found: {path}")]
-    except ValueError as exc:
-        return {}, [("preprocessor", f"{path} is not valid JSON: {exc}")]
-    if not isinstance(data, dict):
-        return {}, [("preprocessor", f"{path} is not a JSON object")]
-    return data, []
+class Crop(Frozen):
+    height: Annotated[int, Field(ge=1, le=8192)]
+    width: Annotated[int, Field(ge=1, le=8192)]
+
+
+class ImageStage(StageBase):
+    """Decode an image file and turn it into a model's pixel tensor: decode -> resize -> center crop ->
+    rescale -> normalize -> layout. Fields left out come from `preprocessor` when given."""
+
+    op: Literal["image"]
+    input: str = Field(description="a pipeline input of type image")
+    preprocessor: str | None = Field(default=None, description="a Hugging Face preprocessor_config.json (relative "
+                                     "to the manifest) whose resize, crop, rescale and normalize settings are used")
+    resize: Resize | None = None
+    crop: Crop | None = None
+    rescale: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+        default=None, description="factor the 0-255 pixel values are multiplied by (1/255 when left out)")
+    mean: Annotated[list[float], Field(min_length=3, max_length=3)] | None = None
+    std: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=3, max_length=3)] | None = None
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
 
 
 def _hw(value: Any) -> tuple[int, int] | None:
@@ -41,8 +59,9 @@ def _hw(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def image_steps(stage: ImageStage, folder: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
-    cfg, problems = _config(stage.preprocessor, folder)
+def resolve_steps(stage: ImageStage, folder: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """The stage's steps, the preprocessor config's settings taken for the fields left out; problems."""
+    cfg, problems = read_config(stage.preprocessor, folder)
     steps: list[dict[str, Any]] = [{"op": "decode"}]
     crop = (stage.crop.height, stage.crop.width) if stage.crop else (
         _hw(cfg.get("crop_size")) if cfg.get("do_center_crop", bool(cfg.get("crop_size"))) else None)
@@ -96,7 +115,7 @@ def _floats(v: Any, n: int) -> bool:
                                                        for x in v)
 
 
-def image_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
+def pixels_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
     """The pixel tensor's shape: static where a crop or a fixed resize decides it."""
     h: int | str = "height"
     w: int | str = "width"
@@ -113,41 +132,30 @@ def image_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
     return (1, 3, h, w) if layout == "NCHW" else (1, h, w, 3)
 
 
-def audio_steps(stage: AudioStage, folder: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
-    cfg, problems = _config(stage.preprocessor, folder)
-    kind = cfg.get("feature_extractor_type")
-    if cfg and kind not in (None, "WhisperFeatureExtractor"):
-        problems.append(("preprocessor", f"{stage.preprocessor}: feature extractor {kind} is not supported; "
-                         "log-mel features as WhisperFeatureExtractor makes them are"))
-    rate = stage.sample_rate or cfg.get("sampling_rate")
-    n_fft = stage.n_fft or cfg.get("n_fft")
-    hop = stage.hop_length or cfg.get("hop_length")
-    n_mels = stage.n_mels or cfg.get("feature_size")
-    seconds = stage.seconds or cfg.get("chunk_length")
-    values = {"sample_rate": rate, "n_fft": n_fft, "hop_length": hop, "n_mels": n_mels, "seconds": seconds}
-    missing = [k for k, v in values.items() if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0]
-    if missing:
-        problems.append((missing[0], f"{', '.join(missing)} must be given (here or by a preprocessor config)"))
-        return [], problems
-    assert rate and n_fft and hop and n_mels and seconds
-    samples = int(round(float(seconds) * int(rate)))
-    fmax = stage.fmax if stage.fmax is not None else int(rate) / 2.0
-    if fmax > int(rate) / 2.0:
-        problems.append(("fmax", f"fmax {fmax:g} Hz is above the Nyquist frequency {int(rate) / 2:g} Hz"))
-    if stage.fmin >= fmax:
-        problems.append(("fmin", f"fmin {stage.fmin:g} Hz must be below fmax {fmax:g} Hz"))
-    if int(n_fft) > samples:
-        problems.append(("n_fft", f"n_fft {n_fft} is longer than the clip ({samples} samples)"))
-    mel = {"op": "log_mel", "sample_rate": int(rate), "n_fft": int(n_fft), "hop_length": int(hop),
-           "n_mels": int(n_mels), "fmin": float(stage.fmin), "fmax": float(fmax)}
-    return [{"op": "decode_wav"}, {"op": "resample", "sample_rate": int(rate)},
-            {"op": "pad_or_trim", "samples": samples}, mel], problems
+class ImageOp(OpBase):
+    name = "image"
+    schema = ImageStage
+    reads = ("input",)
+
+    def outputs(self, stage: ImageStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+        steps = resolve_steps(stage, folder)[0] if folder is not None else [{"op": "layout", "layout": stage.layout}]
+        return {"pixels": Port("tensor", "float32", pixels_shape(steps))}
+
+    def check(self, stage: ImageStage, c: Checks) -> None:
+        c.expect(stage, "input", c.port(stage, "input", stage.input), Port("image"))
+        for field, message in resolve_steps(stage, c.folder)[1]:
+            c.error(stage, field, message)
+
+    def files(self, stage: ImageStage, folder: Path) -> list[Path]:
+        return [folder / stage.preprocessor] if stage.preprocessor else []
+
+    def params(self, stage: ImageStage, context: ConfigContext) -> dict[str, Any]:
+        return {"steps": resolve_steps(stage, context.folder)[0]}  # the preprocessor config folded in
+
+    def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
+        from deployc.pipeline.host.images import prepare_image
+
+        return {"pixels": prepare_image(args["input"], params["steps"])}
 
 
-def audio_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
-    """[1, n_mels, frames]: centred frames over the padded clip, less the last (as Whisper)."""
-    if not steps:
-        return (1, "mels", "frames")
-    samples, mel = steps[2]["samples"], steps[3]
-    frames = (samples + 2 * (mel["n_fft"] // 2) - mel["n_fft"]) // mel["hop_length"]
-    return (1, mel["n_mels"], frames)
+OP = ImageOp()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from deployc.load.manifest import IndexAsset, TokenizerAsset
+from deployc.pipeline.schema import IndexAsset, TokenizerAsset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

@@ -1,0 +1,106 @@
+"""`generate`: a text-generation model's answer to a prompt: the prompt tokenized, prefilled in one call,
+then one call per new token (greedy, or seeded temperature/top-p sampling), decoded to text."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from deployc.core.layout import tokenizer_file
+from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
+from deployc.pipeline.ports import TEXT, Port
+
+if TYPE_CHECKING:
+    from deployc.load.manifest import Manifest
+
+
+class GenerateStage(StageBase):
+    op: Literal["generate"]
+    model: str
+    tokenizer: str
+    prompt: str
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096)] = 32
+    temperature: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    seed: int = 0
+    stop: list[str] = Field(default_factory=list, description="stop strings, besides the model's eos_ids")
+
+
+# The model's constants the runtime needs to drive it, copied into the stage's parameters.
+CONSTANTS = ("bos_id", "eos_ids", "max_seq_len", "vocab_size")
+
+
+class GenerateOp(OpBase):
+    name = "generate"
+    schema = GenerateStage
+    reads = ("prompt",)
+    wiring = frozenset({"model", "tokenizer"})
+
+    def outputs(self, stage: GenerateStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+        return {"text": TEXT, "tokens": Port("tensor", "int64", (1, "generated"))}
+
+    def program(self, stage: GenerateStage) -> tuple[str, str]:
+        return stage.model, "forward"
+
+    def check(self, stage: GenerateStage, c: Checks) -> None:
+        if c.known(stage, "model", "model", stage.model, c.manifest.models):
+            spec = c.manifest.models[stage.model]
+            if spec.task != "text-generation":
+                c.error(stage, "model", f"model '{stage.model}' must have task: text-generation")
+            for needed in ("max_seq_len", "eos_ids"):
+                if needed not in spec.constants:
+                    c.error(stage, "model", f"model '{stage.model}' must declare constants.{needed}")
+            if set(spec.inputs) != {"tokens", "input_pos"}:
+                c.error(stage, "model", "a text-generation model takes exactly the inputs tokens [1, seq] and "
+                        "input_pos [seq]")
+        c.known(stage, "tokenizer", "tokenizer", stage.tokenizer, c.pipeline.tokenizers)
+        c.expect(stage, "prompt", c.port(stage, "prompt", stage.prompt), TEXT)
+
+    def params(self, stage: GenerateStage, context: ConfigContext) -> dict[str, Any]:
+        pipeline = context.manifest.pipeline
+        assert pipeline is not None
+        constants = context.manifest.models[stage.model].constants
+        return {**super().params(stage, context),
+                "tokenizer": tokenizer_file(stage.tokenizer, pipeline.tokenizers[stage.tokenizer].is_sentencepiece()),
+                **{k: constants[k] for k in CONSTANTS if k in constants}}
+
+    def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
+        import numpy as np
+
+        from deployc.pipeline.host.generation import generate, prompt_room
+        from deployc.pipeline.ops.template import as_text
+
+        tk = host.tokenizer(params["tokenizer"], None)
+        ids = tk.encode(as_text(args["prompt"]), add_special_tokens=False).ids
+        if "bos_id" in params:
+            ids = [params["bos_id"], *ids]
+        stops = params.get("stop", [])
+        calls: list[float] = []  # when each decoder call began: the second one follows the first token
+
+        def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            calls.append(time.perf_counter())
+            return host.call(stage["program"], [tokens, positions])[0]
+
+        def stopped(out: list[int]) -> bool:
+            text = tk.decode(out)
+            return any(s in text for s in stops)
+
+        start = time.perf_counter()
+        new = generate(step, ids, params["max_new_tokens"], params["max_seq_len"], params.get("eos_ids", []),
+                       params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
+        end = time.perf_counter()
+        first = (calls[1] if len(calls) > 1 else end) - start
+        room = prompt_room(params["max_new_tokens"], params["max_seq_len"])
+        per_token = (end - calls[1]) * 1000 / (len(calls) - 1) if len(calls) > 1 else 0.0
+        host.note({"prompt_tokens": min(len(ids), room), "tokens": len(new), "first_token_ms": round(first * 1000, 3),
+                   "per_token_ms": round(per_token, 3)})
+        text = tk.decode(new)
+        for s in stops:
+            text = text.split(s)[0]
+        return {"text": text, "tokens": np.asarray([new], dtype=np.int64)}
+
+
+OP = GenerateOp()

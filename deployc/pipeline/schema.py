@@ -1,0 +1,54 @@
+"""The manifest's `pipeline:` section: inputs, outputs, stages (each op's schema lives in its module,
+deployc/pipeline/ops/) and the assets stages share (tokenizers, vector indexes)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from deployc.core.records import Frozen, Identifier
+from deployc.pipeline.ops import Stage
+
+
+class PipelineInput(Frozen):
+    type: Literal["text", "image", "audio"] = Field(
+        default="text", description="text: a string; image: a PNG or JPEG file; audio: a WAV file (given as a path)")
+
+
+class TokenizerAsset(Frozen):
+    """A Hugging Face tokenizer.json or a SentencePiece .model: a file next to the manifest, or a file
+    inside an installed package (found without importing the package)."""
+
+    path: str | None = Field(default=None, description="relative to the manifest's folder")
+    package: str | None = Field(default=None, description="installed Python package that ships the file")
+    file: str | None = Field(default=None, description="path of the file inside `package`")
+    huggingface: str | None = Field(default=None, description="a Hugging Face model directory holding "
+                                                              "tokenizer.json, relative to the manifest")
+
+    def is_sentencepiece(self) -> bool:
+        """A SentencePiece model file (`.model`) rather than a tokenizer.json."""
+        return (self.path or self.file or "").endswith(".model")
+
+
+class Chunking(Frozen):
+    words: Annotated[int, Field(ge=8, le=2000)] = 80
+    overlap: Annotated[int, Field(ge=0)] = 20
+
+
+class IndexAsset(Frozen):
+    corpus: str = Field(description="glob of UTF-8 text files (or of PNG/JPEG images, with `image`), relative "
+                                    "to the manifest's folder")
+    model: str = Field(description="the embedding model that embeds every chunk (its built program is used)")
+    tokenizer: str | None = Field(default=None, description="tokenizer asset that prepares text chunks for `model`")
+    image: str | None = Field(default=None, description="an image index: the pipeline's image stage whose "
+                              "preprocessing prepares every corpus image for `model` (one entry per image)")
+    chunking: Chunking = Field(default_factory=Chunking)
+
+
+class Pipeline(Frozen):
+    inputs: dict[Identifier, PipelineInput] = Field(min_length=1)
+    outputs: dict[Identifier, str] = Field(min_length=1, description="name -> 'stage.port'")
+    stages: list[Stage] = Field(min_length=1)
+    tokenizers: dict[Identifier, TokenizerAsset] = Field(default_factory=dict)
+    indexes: dict[Identifier, IndexAsset] = Field(default_factory=dict)
