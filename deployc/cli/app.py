@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -366,6 +367,26 @@ def _library_log(command: str) -> Path:
     return local_root(cache_spec(None)) / "logs" / f"{command}.log"
 
 
+# A path the user gave that the file system refuses, as opposed to a failed write.
+_INPUT_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR})
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _os_error_lines(exc: OSError) -> list[str]:
+    where = f"{exc.filename}: " if exc.filename else ""
+    shown = where if len(where) <= 200 else f"{where[:120]}...{where[-40:]}"
+    lines = [f"error: {shown}{exc.strerror or exc}"]
+    if exc.errno in _WRITE_ERRNOS:
+        lines.append("    hint: check free space and quotas; finished outputs were left as they were")
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        lines.append("    hint: check the permissions of that path")
+    elif exc.errno == errno.ENAMETOOLONG:
+        from deployc.load.paths import MAX_NAME_BYTES
+
+        lines.append(f"    hint: a file name takes at most {MAX_NAME_BYTES} bytes")
+    return lines
+
+
 def _usage_lines(exc: Any) -> list[str]:
     """A usage error as click would show it: the usage line, where to get help, the problem."""
     ctx = getattr(exc, "ctx", None)
@@ -398,11 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except SystemExit as exc:  # rich on a closed pipe (`deployc --help | head`)
         return exc.code if isinstance(exc.code, int) else 1
-    except OSError as exc:  # disk full, permissions, a vanished file: the user's environment, not a bug
-        where = f"{exc.filename}: " if exc.filename else ""
-        console.error_lines([f"error: {where}{exc.strerror or exc}",
-                             "    hint: check free space and permissions; finished outputs were left as they were"])
-        return 1
+    except OSError as exc:  # the user's environment (a full disk, permissions, a path), not a bug
+        console.error_lines(_os_error_lines(exc))
+        return 2 if exc.errno in _INPUT_ERRNOS else 1
     except click_exceptions.ClickException as exc:
         console.error_lines([f"error: {exc.format_message()}"])
         return exc.exit_code

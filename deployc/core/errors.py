@@ -78,6 +78,13 @@ class UsageError(DeploycError):
 
     exit_code = 2
 
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def lines(self) -> list[str]:
+        return [f"error: {self}", *([f"    hint: {self.hint}"] if self.hint else [])]
+
 
 class BuildError(DeploycError):
     """A build step failed (a unit, a worker, a write). Exit 1."""

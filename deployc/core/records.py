@@ -20,7 +20,7 @@ class Frozen(BaseModel):
     """Every schema node and every record passed between stages: immutable, unknown keys refused
     (a saved plan or report from another deployc version fails loudly instead of losing fields)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
 
 
 ByteSize = Annotated[

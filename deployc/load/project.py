@@ -20,6 +20,7 @@ from deployc.load.manifest import (
     parse_manifest,
 )
 from deployc.load.model_sources import find_module_file, module_roots
+from deployc.load.paths import check_paths
 from deployc.pipeline.checks import check_pipeline
 from deployc.targets.profile import LoadedProfile, load_profile, search_path
 
@@ -171,6 +172,9 @@ def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | N
         if isinstance(refs, list):
             _load_profiles(refs, doc, folder, env, problems)
         raise UserError(_sorted(problems)) from None
+    paths = check_paths(manifest, doc)
+    if paths:  # nothing is looked up on disk through a path the file system would refuse
+        raise UserError(_sorted(paths))
     problems: list[Diagnostic] = []
     manifest, derived = _from_directories(manifest, doc, folder, problems)
     problems.extend(check_references(manifest, doc))

@@ -223,12 +223,17 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
     folder = path.resolve().parent
     if not folder.is_dir():
         raise UsageError(f"no directory {folder} for {path}")
+    source = Path(os.path.relpath(model_dir.resolve(), folder)).as_posix()
+    if source == ".." or source.startswith("../"):
+        raise UsageError(f"{model_dir} is not inside {folder}, where the manifest goes: a manifest builds from what "
+                         "its folder holds", hint=f"write it beside the directory: --out {model_dir.resolve().parent}/"
+                         f"{path.name}, or move the directory into {folder}")
     chosen_targets = bool(targets)
     if not targets:
         from deployc.targets.profile import profile_origins
 
         targets = list(profile_origins(folder))
-    parts = _Parts(name=name, source=Path(os.path.relpath(model_dir.resolve(), folder)).as_posix(), task=chosen,
+    parts = _Parts(name=name, source=source, task=chosen,
                    derived=derived, tokenizer=chosen in hf_directory.TEXT_TASKS
                    and hf_directory.tokenizer_file(model_dir) is not None,
                    architecture=", ".join(model.config.get("architectures") or [model.model_type]),

@@ -80,6 +80,7 @@ class AudioOp(OpBase):
     name = "audio"
     schema = AudioStage
     reads = ("input",)
+    paths = ("preprocessor",)
 
     def outputs(self, stage: AudioStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
         steps = resolve_steps(stage, folder)[0] if folder is not None else []

@@ -88,6 +88,7 @@ class OpBase:
     schema: ClassVar[type[StageBase]]
     reads: ClassVar[tuple[str, ...]] = ()  # fields holding a reference (a str) or a mapping of them (port -> ref)
     wiring: ClassVar[frozenset[str]] = frozenset()  # further fields that are not runtime parameters
+    paths: ClassVar[tuple[str, ...]] = ()  # fields naming a file relative to the manifest (checked at validate)
 
     def references(self, stage: Any) -> dict[str, str]:
         """Field path (for locating errors) -> the reference it holds, in the order the stage reads them."""

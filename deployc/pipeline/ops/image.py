@@ -136,6 +136,7 @@ class ImageOp(OpBase):
     name = "image"
     schema = ImageStage
     reads = ("input",)
+    paths = ("preprocessor",)
 
     def outputs(self, stage: ImageStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
         steps = resolve_steps(stage, folder)[0] if folder is not None else [{"op": "layout", "layout": stage.layout}]
