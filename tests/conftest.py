@@ -15,6 +15,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Nothing a test runs writes into the user's cache: session fixtures' builds and their processes get a
+    cache of the session's own (the per-test fixture below then gives each test its own)."""
+    with pytest.MonkeyPatch.context() as mp:
+        home = tmp_path_factory.mktemp("xdg-cache")
+        mp.setenv("XDG_CACHE_HOME", str(home))
+        mp.setenv("DEPLOYC_CACHE_DIR", str(home / "deployc"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test its own cache directory (and user cache home, where shared caches keep their mirror)."""
+    home = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.setenv("DEPLOYC_CACHE_DIR", str(home / "deployc"))
+
+
 @dataclass
 class Result:
     code: int

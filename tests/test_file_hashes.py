@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO, run_subprocess
 
 import deployc.core.file_hashes as file_hashes
-from conftest import REPO, run_subprocess
 from deployc.core.file_hashes import FileHashes
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,9 +28,15 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("DEPLOYC_FUZZ_EXAMPLES", "500"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
-WORK = Path(tempfile.mkdtemp(prefix="deployc-fuzz-"))
-shutil.copytree(REPO / "targets", WORK / "targets")
-shutil.copytree(REPO / "manifests" / "models", WORK / "models", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder the fuzzed documents are written into: the built-in profiles and the example models."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    shutil.copytree(REPO / "targets", folder / "targets")
+    shutil.copytree(REPO / "manifests" / "models", folder / "models", ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
 
 ident = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True)
 dtypes = st.sampled_from(["float32", "float16", "int64", "int32", "int8", "uint8", "bool"])
@@ -150,33 +156,33 @@ def _profile(path: Path) -> None:
 
 @FUZZ
 @given(manifests())
-def test_generated_manifests_validate(doc: dict[str, Any]) -> None:
-    path = WORK / "valid.yaml"
+def test_generated_manifests_validate(work: Path, doc: dict[str, Any]) -> None:
+    path = work / "valid.yaml"
     path.write_text(yaml.safe_dump(doc))
     load_project(path, env={})
 
 
 @FUZZ
 @given(mutated(manifests()))
-def test_mutated_manifests_fail_cleanly(text: str) -> None:
-    path = WORK / "mutated.yaml"
+def test_mutated_manifests_fail_cleanly(work: Path, text: str) -> None:
+    path = work / "mutated.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     _check(path, _manifest)
 
 
 @FUZZ
 @given(profiles())
-def test_generated_profiles_validate(doc: dict[str, Any]) -> None:
-    (WORK / "profiles").mkdir(exist_ok=True)
-    path = WORK / "profiles" / "fuzzed.yaml"
+def test_generated_profiles_validate(work: Path, doc: dict[str, Any]) -> None:
+    (work / "profiles").mkdir(exist_ok=True)
+    path = work / "profiles" / "fuzzed.yaml"
     path.write_text(yaml.safe_dump(doc))
-    load_profile("fuzzed", WORK, [WORK / "profiles"])
+    load_profile("fuzzed", work, [work / "profiles"])
 
 
 @FUZZ
 @given(mutated(profiles()))
-def test_mutated_profiles_fail_cleanly(text: str) -> None:
-    (WORK / "profiles").mkdir(exist_ok=True)
-    path = WORK / "profiles" / "fuzzed.yaml"
+def test_mutated_profiles_fail_cleanly(work: Path, text: str) -> None:
+    (work / "profiles").mkdir(exist_ok=True)
+    path = work / "profiles" / "fuzzed.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     _check(path, _profile)
