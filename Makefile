@@ -32,8 +32,10 @@ demo: $(STAMP)
 	$(BIN)/deployc build manifests/rag_offline.yaml --out dist --force
 	$(BIN)/deployc run dist/rag-offline/1.0.0/arduino_q --input query="How do honeybees find flowers?"
 
-# Install everything and run the whole test suite.
+# Install everything, lint and type-check, then run the whole test suite.
 test: $(STAMP) system-deps
+	$(BIN)/ruff check deployc tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:

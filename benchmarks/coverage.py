@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hf_zoo import ARCHS, error_class, manifest, save  # noqa: E402
+from hf_zoo import ARCHS, error_class, manifest, save
 
 
 def _cell(unit: dict | None, made: str | None) -> str:

@@ -37,7 +37,8 @@ def _text(t: Any, config: str, model: str, **kw: Any) -> Any:
 
 
 ARCHS: list[Arch] = [
-    Arch("bert", "encoder", "embedding", lambda t: _text(t, "BertConfig", "BertModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("bert", "encoder", "embedding",
+         lambda t: _text(t, "BertConfig", "BertModel", hidden_size=32, **TEXT, **LAYERS)),
     Arch("roberta", "encoder", "embedding", lambda t: _text(
         t, "RobertaConfig", "RobertaModel", hidden_size=32, vocab_size=200, max_position_embeddings=66, pad_token_id=1,
         **LAYERS)),

@@ -88,7 +88,7 @@ def write_corpus(folder: Path) -> None:
         (folder / f"doc{d:02d}.md").write_text(" ".join(sentences) + "\n", encoding="utf-8")
 
 
-def top5(queries: "np.ndarray", vectors: "np.ndarray") -> list[list[int]]:  # noqa: F821
+def top5(queries: np.ndarray, vectors: np.ndarray) -> list[list[int]]:  # noqa: F821
     import numpy as np
 
     def unit(x: np.ndarray) -> np.ndarray:

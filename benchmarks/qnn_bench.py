@@ -89,13 +89,15 @@ def retrieval(work: Path) -> None:
             t = time.perf_counter()
             emb = bundle.call("embedder", [tokens["input_ids"], tokens["attention_mask"]])[0]
             times.append(time.perf_counter() - t)
-            found = [c["source"] for c in bundle.stage({"op": "vector_search"}, {"query": emb}, {"index": "assets/indexes/docs.json", "top_k": 3})["chunks"]]
+            search = {"index": "assets/indexes/docs.json", "top_k": 3}
+            found = [c["source"] for c in bundle.stage({"op": "vector_search"}, {"query": emb}, search)["chunks"]]
             tops[target].append(found)
             first += found[0] == source
             top3 += source in found
         times.sort()
         print(f"{target:<11} {embedder['unit'] + ' ' + embedder['backend'] + ' ' + embedder['quantization']:<22} "
-              f"{first:>7}/{len(QUESTIONS):<4} {top3:>10}/{len(QUESTIONS):<4} {times[len(times) // 2] * 1000:>13.1f} ms")
+              f"{first:>7}/{len(QUESTIONS):<4} {top3:>10}/{len(QUESTIONS):<4} "
+              f"{times[len(times) // 2] * 1000:>13.1f} ms")
     same = sum(a == b for a, b in zip(tops["arduino_q"], tops["snapdragon"]))
     print(f"same top-3 on both targets: {same}/{len(QUESTIONS)} questions")
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_bench import MANIFEST, PARALLEL  # noqa: E402  (the same 4 programs as the --jobs benchmark)
+from build_bench import MANIFEST, PARALLEL
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -57,7 +57,7 @@ def test_newer_or_foreign_runtime_config_refused() -> None:
         decode(newer)
     with pytest.raises(ConfigError, match="not a deployc runtime config"):
         decode(b"\x10\x00\x00\x00XXXX" + b"\x00" * 16)
-    with pytest.raises(ValueError, match="fields not in runtime_config.fbs: colour"):
+    with pytest.raises(ValueError, match=r"fields not in runtime_config\.fbs: colour"):
         normalize({"colour": "red"})
 
 
@@ -142,7 +142,7 @@ def test_release_is_immutable_unless_forced(suite: Built, tmp_path: Path) -> Non
 
 
 def test_two_clean_builds_are_byte_identical_with_any_worker_count(suite: Built, tmp_path: Path) -> None:
-    result, report = build_json(suite.manifest, tmp_path / "dist", tmp_path / "cache", "--jobs", "1")
+    result, _ = build_json(suite.manifest, tmp_path / "dist", tmp_path / "cache", "--jobs", "1")
     assert result.code == 0, result.err[-2000:]
     assert compare_trees(suite.out, tmp_path / "dist") == []
 
@@ -180,6 +180,6 @@ def test_killed_build_leaves_nothing_that_looks_complete(point: str, tiny_refere
     assert not bundle.exists() or verify_bundle(bundle) == []
     for entry in (cache / "programs").glob("*/*/entry.json"):  # whatever reached the cache is complete
         assert Cache(cache).get(entry.parent.name)[0] is not None
-    result, report = build_json(manifest, out, cache)
+    result, _ = build_json(manifest, out, cache)
     assert result.code == 0, result.err[-2000:]
     assert compare_trees(reference, out) == []

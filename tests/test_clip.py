@@ -57,7 +57,7 @@ def test_every_corpus_image_finds_itself_and_identical_images_embed_identically(
     bundle = clip / "arduino_q"
     index = json.loads((bundle / "assets" / "indexes" / "photos.json").read_text())
     vectors = np.fromfile(bundle / "assets" / "indexes" / index["vectors"], dtype="<f4").reshape(12, 64)
-    for i, chunk in enumerate(index["chunks"]):
+    for chunk in index["chunks"]:
         out = _run(cli, bundle, f"image={REPO / 'manifests' / chunk['source']}")
         best = out["outputs"]["similar_images"][0]
         assert best["source"] == chunk["source"] and best["score"] == pytest.approx(1.0, abs=1e-5)

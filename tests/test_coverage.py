@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, build_json, make_project
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from hf_zoo import ARCHS, manifest, save  # noqa: E402
+from hf_zoo import ARCHS, manifest, save
 
 SUBSET = ("bert", "llama", "resnet", "whisper")  # encoder, decoder (text generation), conv net, audio
 

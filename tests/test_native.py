@@ -189,7 +189,7 @@ def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None
     from deployc.runtime.native_build import build_runner
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
-    with pytest.raises(BuildError, match="cmake and c\\+\\+ not found; install them, e.g. `apt-get install cmake g\\+\\+"):
+    with pytest.raises(BuildError, match=r"cmake and c\+\+ not found; install them, e.g. `apt-get install cmake g\+\+"):
         build_runner(tmp_path / "build", lambda _: None)
 
 

@@ -100,7 +100,7 @@ def test_exif_orientation_is_applied() -> None:
 
 def _wav(samples: np.ndarray, rate: int, bits: int, float_samples: bool = False) -> bytes:
     """samples: [n, channels] in [-1, 1]."""
-    n, channels = samples.shape
+    _, channels = samples.shape
     if float_samples:
         body, code, bits = samples.astype("<f4").tobytes(), 3, 32
     elif bits == 8:

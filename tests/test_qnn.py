@@ -111,7 +111,7 @@ def test_a_release_of_the_wheel_the_layer_was_not_made_for_is_refused(monkeypatc
     assert isinstance(reason, str)
     assert reason.startswith("onnxruntime-qnn 2.7.0 ships QNN libraries deployc's compatibility layer was not made "
                              "for (onnxruntime-qnn==9.9.9 (QNN 2.99.0)); install that release: pip install 'deployc[qnn]'")
-    with pytest.raises(BuildError, match="QNN: onnxruntime-qnn 2.7.0 ships QNN libraries"):
+    with pytest.raises(BuildError, match=r"QNN: onnxruntime-qnn 2\.7\.0 ships QNN libraries"):
         qnn_host.environment({})
 
 

@@ -7,6 +7,7 @@ the host's external address when it can, and nothing here may reach beyond 127.0
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -105,10 +106,8 @@ def _stop_namespace() -> None:
 
     for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         for pid in pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + grace
         while pids() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -126,7 +125,7 @@ def cluster() -> Iterator[Cluster]:
                        check=True, env=_env(), capture_output=True, timeout=120)
         subprocess.run(_ns(RAY, "start", f"--address={ADDRESS}", *common), check=True, env=_env(),
                        capture_output=True, timeout=120)
-        probe = ("import json, ray; ray.init(address='%s', logging_level='ERROR');"
+        probe = ("import json, ray; ray.init(address='%s', logging_level='ERROR');"  # noqa: UP031
                  "print(json.dumps({n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']}))"
                  % ADDRESS)
         proc = subprocess.run(_ns(sys.executable, "-c", probe), env=_env(), capture_output=True, text=True,

@@ -20,16 +20,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from filelock import FileLock
+from typing import TYPE_CHECKING, Literal
 
 from deployc.core.cache_location import is_url, mirror_dir
 from deployc.core.atomic import write_atomic
 from deployc.core.digests import file_sha256
 from deployc.core.file_hashes import FileHashes
-from deployc.plan.build_plan import BuildPlan
 from deployc.build.shared_store import ENTRY_FILE, CorruptEntry, SharedStore
+
+if TYPE_CHECKING:
+    from deployc.plan.build_plan import BuildPlan
 
 ENTRY_SCHEMA_VERSION = 1
 
@@ -156,6 +156,8 @@ class Cache:
 
     @contextmanager
     def lock(self, key: str) -> Iterator[None]:
+        from filelock import FileLock  # only builds take locks: plan and a no-op build never load it
+
         locks = self.root / "locks"
         locks.mkdir(parents=True, exist_ok=True)
         # Reentrant: a builder holding the lock may read through to the shared store, which locks too.

@@ -6,19 +6,15 @@ import errno
 import os
 import sys
 import traceback
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
+from typer._click import exceptions as click_exceptions  # typer vendors click (pinned in pyproject.toml)
 
 from deployc.cli.console import Console
 from deployc.core.errors import DeploycError, UsageError, UserError
-
-try:  # typer vendors its own click from 0.22 on; older ones use the click package
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Declarative deployment compiler for on-device AI.")
@@ -28,15 +24,15 @@ native_app = typer.Typer(no_args_is_help=True, help="The C++ reference runner.")
 app.add_typer(native_app, name="native")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document on stdout")]
-TargetOpt = Annotated[Optional[str], typer.Option("--target", help="only this target")]
-CacheOpt = Annotated[Optional[str], typer.Option(
+TargetOpt = Annotated[str | None, typer.Option("--target", help="only this target")]
+CacheOpt = Annotated[str | None, typer.Option(
     "--cache-dir", help="cache directory or fsspec URL shared between machines (file://, s3://, gs://, ...); "
                         "default: $DEPLOYC_CACHE_DIR or ~/.cache/deployc")]
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", help="show what torch, torchao and the ExecuTorch runtime print (otherwise it goes to log files)")]
 
 
-class ExecutorName(str, Enum):
+class ExecutorName(StrEnum):
     local = "local"
     ray = "ray"
 
@@ -64,12 +60,12 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
 @app.command()
 def init(
     model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
-    task: Annotated[Optional[str], typer.Option(
+    task: Annotated[str | None, typer.Option(
         "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding "
                        "or audio-embedding (default: what config.json's architectures say)")] = None,
     targets: Annotated[list[str], typer.Option(
         "--target", help="a target profile (repeatable; default: every profile `deployc targets list` shows)")] = [],  # noqa: B006
-    out: Annotated[Optional[Path], typer.Option(
+    out: Annotated[Path | None, typer.Option(
         "--out", help="the manifest to write (default: <model name>.yaml here); never overwritten")] = None,
 ) -> None:
     """Write a starter manifest for a model directory that validates and builds as written."""
@@ -89,7 +85,7 @@ def plan(
     manifest: Path,
     target: TargetOpt = None,
     cache_dir: CacheOpt = None,
-    out: Annotated[Optional[Path], typer.Option(
+    out: Annotated[Path | None, typer.Option(
         "--out", help="save the plan to this file, for `deployc build --plan`")] = None,
     dist: Annotated[Path, typer.Option(
         "--dist", help="the output directory builds go to, to say which releases would change")] = Path("dist"),
@@ -123,8 +119,8 @@ def plan(
 
 @app.command("build")
 def build_cmd(
-    manifest: Annotated[Optional[Path], typer.Argument(help="the manifest (or --plan)")] = None,
-    plan_file: Annotated[Optional[Path], typer.Option(
+    manifest: Annotated[Path | None, typer.Argument(help="the manifest (or --plan)")] = None,
+    plan_file: Annotated[Path | None, typer.Option(
         "--plan", help="apply this saved plan (deployc plan --out) instead of planning a manifest")] = None,
     target: TargetOpt = None,
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("dist"),
@@ -133,7 +129,7 @@ def build_cmd(
     cache_dir: CacheOpt = None,
     executor: Annotated[ExecutorName, typer.Option(
         "--executor", help="where units are built: worker processes here, or Ray tasks")] = ExecutorName.local,
-    ray_address: Annotated[Optional[str], typer.Option(
+    ray_address: Annotated[str | None, typer.Option(
         "--ray-address", help="Ray cluster to run on (default: $RAY_ADDRESS, else a local cluster for this build)")
     ] = None,
     json_out: JsonOpt = False,

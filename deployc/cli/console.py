@@ -11,26 +11,20 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any
-
-from rich.console import Console as RichConsole
-from rich.console import Group
-from rich.live import Live
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
+from functools import cached_property
+from typing import IO, TYPE_CHECKING, Any
 
 from deployc.core.events import Event, EventSink
 
+if TYPE_CHECKING:  # rich is imported when something is printed for people: a --json run never loads it
+    from rich.console import Console as RichConsole
+    from rich.progress import TaskID
+    from rich.table import Table
+
 
 def _rich(stream: IO[str], terminal: bool | None) -> RichConsole:
+    from rich.console import Console as RichConsole
+
     # Wide lines when piped (CI logs), the terminal's width otherwise.
     wide = None if (terminal if terminal is not None else stream.isatty()) else 160
     return RichConsole(file=stream, highlight=False, soft_wrap=True, width=wide, force_terminal=terminal)
@@ -52,6 +46,17 @@ class _LiveBuild:
     """A row per program and an overall bar, redrawn in place."""
 
     def __init__(self, console: RichConsole) -> None:
+        from rich.console import Group
+        from rich.live import Live
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.rows = Progress(SpinnerColumn(finished_text=" "), TextColumn("{task.description}"),
                              TextColumn("{task.fields[step]}"), TimeElapsedColumn(), console=console)
         self.overall = Progress(TextColumn("programs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -85,8 +90,16 @@ class Console:
         self.json_mode = json_mode
         self.verbose = verbose
         self._stdout = out or sys.stdout
-        self.out = _rich(self._stdout, terminal)
-        self.err = _rich(err or sys.stderr, terminal)
+        self._stderr = err or sys.stderr
+        self._terminal = terminal
+
+    @cached_property
+    def out(self) -> RichConsole:
+        return _rich(self._stdout, self._terminal)
+
+    @cached_property
+    def err(self) -> RichConsole:
+        return _rich(self._stderr, self._terminal)
 
     def result(self, text: str) -> None:
         """A line of the command's result, for people (suppressed under --json)."""
@@ -116,7 +129,7 @@ class Console:
     def progress(self) -> Iterator[EventSink]:
         """Where build events go while the block runs. --verbose keeps plain lines: the libraries' own
         output then shares the terminal."""
-        if not self.err.is_terminal or self.verbose:
+        if self.verbose or not self.err.is_terminal:
             def plain(e: Event) -> None:
                 line = event_line(e)
                 if line is not None:

@@ -29,7 +29,8 @@ def rebuild_and_compare(what: list[str], bundles: dict[str, BundleResult]) -> li
     """`what`: the build's own arguments naming what to build (a manifest and --target, or --plan FILE)."""
     with tempfile.TemporaryDirectory(prefix="deployc-repro-") as tmp:
         out, cache = Path(tmp) / "out", Path(tmp) / "cache"
-        cmd = [sys.executable, "-m", deployc.__name__, "build", *what, "--out", str(out), "--cache-dir", str(cache), "--json"]
+        cmd = [sys.executable, "-m", deployc.__name__, "build", *what, "--out", str(out), "--cache-dir", str(cache),
+               "--json"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"the second build failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")

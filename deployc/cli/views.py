@@ -67,12 +67,12 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                                f"({status[a.key]}, {a.key[:12]})")
     used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})
     for name in used:
-        a = build_plan.toolchain.backends[name]
-        if a.source or not a.usable:
-            facts = ", ".join(f"{k} {v[:12] if k == 'compat_layer' else v}" for k, v in a.facts.items()
+        found = build_plan.toolchain.backends[name]
+        if found.source or not found.usable:
+            facts = ", ".join(f"{k} {v[:12] if k == 'compat_layer' else v}" for k, v in found.facts.items()
                               if k != "libraries")
-            console.result(f"  toolchain {name}: " + (f"{a.source}" + (f" ({facts})" if facts else "")
-                                                     if a.usable else f"not usable here: {a.reason}"))
+            console.result(f"  toolchain {name}: " + (f"{found.source}" + (f" ({facts})" if facts else "")
+                                                     if found.usable else f"not usable here: {found.reason}"))
     for r in releases:
         files = f": {', '.join(r.files)}" if r.files else ""
         console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
@@ -103,9 +103,9 @@ def render_build(console: Console, report: BuildReport) -> None:
         if r.failure.log:
             console.result(f"  what the libraries printed: {r.failure.log}")
     for r in report.units:
-        for f in r.fallbacks:
-            console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {f.unit} ({f.backend}) failed at "
-                           f"{f.step}: {f.error}; " + (f"built on unit {r.unit.unit} ({r.unit.backend}) instead"
+        for fell in r.fallbacks:
+            console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {fell.unit} ({fell.backend}) failed at "
+                           f"{fell.step}: {fell.error}; " + (f"built on unit {r.unit.unit} ({r.unit.backend}) instead"
                                                         if r.status != "failed" else
                                                         f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
                                                         "failed too"))
@@ -131,7 +131,8 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                       "delegates", "verification")
         for p in info["programs"]:
             v = p["verification"]
-            vtext = v["status"] + (f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else "")
+            measured = f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else ""
+            vtext = v["status"] + measured
             if v.get("tokens_generated"):
                 vtext += f", tokens {v['tokens_matched']}/{v['tokens_generated']}"
             for m in p["methods"]:
@@ -151,10 +152,12 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                 console.result(f"  {p['name']} needs on the device: "
                                + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
             for m in p["methods"]:
-                console.result(f"  {p['name']}.{m['name']} operators: {', '.join(m['operators']) or '- (all delegated)'}")
+                ops = ", ".join(m["operators"]) or "- (all delegated)"
+                console.result(f"  {p['name']}.{m['name']} operators: {ops}")
     if info.get("bytes_by_kind"):
         console.table(_byte_kinds_table(info["bytes_by_kind"]))
-    console.result("verified against bundle.lock.json: ok" if info["verified"] else "MISMATCH against bundle.lock.json:")
+    console.result("verified against bundle.lock.json: ok" if info["verified"]
+                   else "MISMATCH against bundle.lock.json:")
     for problem in info["problems"]:
         console.result(f"  {problem}")
     if "self_test" in info:

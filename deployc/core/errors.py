@@ -51,7 +51,7 @@ class UserError(DeploycError):
         super().__init__("; ".join(d.message for d in self.diagnostics))
 
     @classmethod
-    def at(cls, path: str | Path, message: str, line: int = 0, col: int = 0, hint: str | None = None) -> "UserError":
+    def at(cls, path: str | Path, message: str, line: int = 0, col: int = 0, hint: str | None = None) -> UserError:
         return cls([Diagnostic(Location(str(path), line, col), message, hint)])
 
     def lines(self) -> list[str]:

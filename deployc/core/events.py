@@ -1,15 +1,18 @@
 """Progress of program builds, as data: workers emit these, executors forward them, the console shows
-them (a live table on a terminal, plain lines elsewhere). Retries are counted from `attempt`."""
+them (a live table on a terminal, plain lines elsewhere). Retries are counted from `attempt`.
+
+Plain frozen dataclasses: they cross process boundaries (a multiprocessing queue, Ray) by pickling, and
+the console imports this module on every command."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
-from deployc.core.records import Frozen
 
-
-class Event(Frozen):
+@dataclass(frozen=True)
+class Event:
     label: str  # the unit's label, model@target/unit
     kind: Literal["queued", "started", "step", "finished"]
     step: str = ""  # "step": load, quantize, export, lower, serialize, verify

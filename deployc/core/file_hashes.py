@@ -10,6 +10,7 @@ an edit that keeps size and mtime (`touch -r`) is seen.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -56,9 +57,7 @@ class FileHashes:
         sha = file_sha256(path)
         if _identity(path.stat()) != identity:  # changed while it was read: no record of a torn read
             return file_sha256(path)
-        try:
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next run a re-hash
             write_atomic(record, json.dumps({"version": RECORD_VERSION, "path": str(path.resolve()),
                                              "identity": identity, "hashed_at_ns": hashed_at, "sha256": sha}))
-        except OSError:  # a read-only cache only costs the next run a re-hash
-            pass
         return sha

@@ -35,11 +35,12 @@ def decode_tensor(entry: dict[str, Any]) -> Any:
 
 def write(path: Path, cases: list[tuple[str, dict[str, int], list[Any], list[Any]]]) -> None:
     """cases: (method, dims, inputs, eager outputs), in the order the build verified them."""
-    kept, total = [], 0
+    kept: list[dict[str, Any]] = []
+    total = 0
     for method, dims, inputs, outputs in cases:
-        case = {"method": method, "dims": dims, "inputs": [encode_tensor(t) for t in inputs],
-                "expected": [encode_tensor(t) for t in outputs]}
-        size = sum(len(t["data"]) for t in case["inputs"] + case["expected"])
+        encoded_in, encoded_out = [encode_tensor(t) for t in inputs], [encode_tensor(t) for t in outputs]
+        case = {"method": method, "dims": dims, "inputs": encoded_in, "expected": encoded_out}
+        size = sum(len(t["data"]) for t in encoded_in + encoded_out)
         if kept and total + size > MAX_BYTES:
             continue
         kept.append(case)

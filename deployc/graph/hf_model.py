@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -44,13 +45,13 @@ class ImageLogits(nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
-def _pool(out: object) -> torch.Tensor:
+def _pool(out: Any) -> torch.Tensor:
     """An encoder's embedding: its pooler output where it has one, else the mean of its last hidden
     states over every position (tokens, patches, frames, or pixels of a feature map)."""
     pooled = getattr(out, "pooler_output", None)
     if pooled is not None:
         return pooled.flatten(1)
-    hidden = out.last_hidden_state  # type: ignore[attr-defined]
+    hidden = out.last_hidden_state
     return hidden.mean(dim=1) if hidden.dim() == 3 else hidden.flatten(2).mean(dim=2)
 
 
@@ -96,7 +97,8 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers
 
-    classes = {"embedding": transformers.AutoModel, "text-classification": transformers.AutoModelForSequenceClassification,
+    classes = {"embedding": transformers.AutoModel,
+               "text-classification": transformers.AutoModelForSequenceClassification,
                "image-classification": transformers.AutoModelForImageClassification,
                "image-embedding": transformers.AutoModel, "audio-embedding": transformers.AutoModel}
     if task not in classes:

@@ -108,7 +108,7 @@ def float_paths_only(quantizer: Any) -> Any:
     or quantizes an index. Only floating-point paths are quantized; integer ones stay as they are."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
-    class FloatOnly(Quantizer):  # type: ignore[misc]
+    class FloatOnly(Quantizer):
         def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             model = quantizer.transform_for_annotation(model)
             _restore_integer_scalars(model)

@@ -191,7 +191,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     if unit.verify.generate:
         from deployc.graph.parity import generation_checks
 
-        context = int(unit.lower.constants.get("max_seq_len", 0))  # type: ignore[arg-type]
+        context = int(unit.lower.constants.get("max_seq_len", 0))
         for calls, refs in generation_checks(model, export, unit.verify.generate, context, export.seed):
             sequences.append(list(range(len(checks), len(checks) + len(calls))))
             checks += calls

@@ -133,9 +133,8 @@ def diagnostics_from(exc: ValidationError, doc: Document, model: type[BaseModel]
                 text = f"{dotted(path)}: expected a list, got {_short(e['input'])}"
             else:
                 text = f"{dotted(path)}: {msg[0].lower() + msg[1:]}, got {_short(e['input'])}"
-        key = (loc, text)
-        if key in seen:
+        if (loc, text) in seen:
             continue
-        seen.add(key)
+        seen.add((loc, text))
         out.append(Diagnostic(loc, text, hint))
     return sorted(out, key=lambda d: (d.location.line, d.location.col, d.message))

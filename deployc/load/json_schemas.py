@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from deployc.core.atomic import write_atomic
+from deployc.core.records import Frozen
 from deployc.load.manifest import Manifest
 from deployc.targets.profile import Profile
 
-SCHEMA_FILES = {"manifest.schema.json": Manifest, "profile.schema.json": Profile}
+SCHEMA_FILES: dict[str, type[Frozen]] = {"manifest.schema.json": Manifest, "profile.schema.json": Profile}
 
 
 def json_schemas() -> dict[str, str]:

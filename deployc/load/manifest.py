@@ -89,7 +89,7 @@ class DimSpec(Frozen):
         k = self.multiple_of or 1
         return -(-self.min // k) * k, self.max // k * k
 
-    def under(self, model_dim: "DimSpec") -> "DimSpec":
+    def under(self, model_dim: DimSpec) -> DimSpec:
         """This override of `model_dim`: a constraint of the model's (multiple_of) holds unless restated."""
         if self.multiple_of is not None or model_dim.multiple_of is None:
             return self
@@ -279,7 +279,8 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
                     "'get_' (constant methods) are reserved", key=True)
         for inp_name, inp in model.inputs.items():
             if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
-                err((*base, "inputs", inp_name, "range"), f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
+                err((*base, "inputs", inp_name, "range"),
+                    f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
         for dim_name, declared in model.dims.items():
             _check_dim(declared, (*base, "dims", dim_name), f"models.{name}.dims.{dim_name}", err)
             if dim_name not in used:
@@ -295,13 +296,13 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
                 _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
                              f"models.{name}.overrides.{target}.quantization", err)
             for dim_name, override in ov.dims.items():
-                where = (*base, "overrides", target, "dims", dim_name)
+                at = (*base, "overrides", target, "dims", dim_name)
                 dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
                 if dim_name not in model.dims:
-                    err(where, f"{dotted}: the model has no dim '{dim_name}'",
+                    err(at, f"{dotted}: the model has no dim '{dim_name}'",
                         closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
                 else:
-                    _check_dim(override.under(model.dims[dim_name]), where, dotted, err)
+                    _check_dim(override.under(model.dims[dim_name]), at, dotted, err)
     return out
 
 

@@ -57,7 +57,7 @@ def _imported_top_levels(files: Iterable[Path]) -> set[str]:
 
 @functools.cache
 def _all_distributions() -> dict[str, list[str]]:
-    return importlib.metadata.packages_distributions()  # ~0.5 s: only for names that match no dist directly
+    return dict(importlib.metadata.packages_distributions())  # ~0.5 s: only for names that match no dist directly
 
 
 def _distribution(module: str) -> importlib.metadata.Distribution | None:

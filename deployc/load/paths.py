@@ -66,11 +66,11 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
                 out.append(((*path, "calibration", "dataset"), q.calibration.dataset, None))
     p = m.pipeline
     if p is not None:
-        for name, t in p.tokenizers.items():
+        for name, tokenizer in p.tokenizers.items():
             for field in ("path", "huggingface", "file"):
-                value = getattr(t, field)
+                value = getattr(tokenizer, field)
                 if value is not None:
-                    inside = f"package {t.package}" if field == "file" else FOLDER
+                    inside = f"package {tokenizer.package}" if field == "file" else FOLDER
                     out.append((("pipeline", "tokenizers", name, field), value, inside))
         for name, ix in p.indexes.items():
             out.append((("pipeline", "indexes", name, "corpus"), ix.corpus, None))

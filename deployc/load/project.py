@@ -70,7 +70,8 @@ def _check_pins(m: Manifest, doc: Document, profiles: dict[str, LoadedProfile]) 
             units = [u.name for u in profiles[target].profile.units]
             if ov.unit not in units:
                 out.append(Diagnostic(doc.locate(("models", name, "overrides", target, "unit")),
-                                      f"models.{name}.overrides.{target}.unit: profile '{target}' has no unit '{ov.unit}'",
+                                      f"models.{name}.overrides.{target}.unit: profile '{target}' has no unit "
+                                      f"'{ov.unit}'",
                                       closest(ov.unit, units) or f"its units: {', '.join(units)}"))
     return out
 
@@ -117,16 +118,17 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
                                        "may change"))
             continue
         update: dict[str, object] = {}
+        dims = dict(spec.dims)
         if not spec.inputs:
             update["inputs"] = {k: InputSpec.model_validate(v) for k, v in implied["inputs"].items()}
-            update["dims"] = {**{k: DimSpec.model_validate(v) for k, v in implied["dims"].items()}, **spec.dims}
+            dims = {**{k: DimSpec.model_validate(v) for k, v in implied["dims"].items()}, **spec.dims}
+            update["dims"] = dims
         if not spec.outputs:
             update["outputs"] = {k: OutputSpec.model_validate(v) for k, v in implied["outputs"].items()}
         if "constants" in implied:  # a decoder: its token ids and context, each unless the manifest sets it
             constants = {**implied["constants"], **spec.constants}
-            dims = dict(update.get("dims", spec.dims))  # type: ignore[call-overload]
             if "seq" in dims and "seq" not in spec.dims and "max_seq_len" in spec.constants:
-                declared = int(spec.constants["max_seq_len"])  # type: ignore[call-overload]
+                declared = _int(spec.constants["max_seq_len"])
                 dims["seq"] = dims["seq"].model_copy(update={"max": min(dims["seq"].max, declared)})
                 update["dims"] = dims
             elif "seq" in dims and "max_seq_len" not in spec.constants:
@@ -138,6 +140,12 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
             models[name] = spec.model_copy(update=update)
             derived[name] = tuple(sorted(update))
     return m.model_copy(update={"models": models}), derived
+
+
+def _int(value: object) -> int:
+    """A constant the schema allows to be any number or list, where an integer is meant (max_seq_len)."""
+    assert isinstance(value, int), value
+    return value
 
 
 def _beyond_context(name: str, spec: ModelSpec, context: int, doc: Document) -> list[Diagnostic]:
@@ -175,7 +183,7 @@ def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | N
     paths = check_paths(manifest, doc)
     if paths:  # nothing is looked up on disk through a path the file system would refuse
         raise UserError(_sorted(paths))
-    problems: list[Diagnostic] = []
+    problems = []
     manifest, derived = _from_directories(manifest, doc, folder, problems)
     problems.extend(check_references(manifest, doc))
     profiles = _load_profiles(manifest.targets, doc, folder, env, problems)

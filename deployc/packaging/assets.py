@@ -84,7 +84,7 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
                 (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
                 worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
             env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
-            stdout, stderr, code = _embed(worker + [str(staging / "texts.json"), str(staging / "vectors.npy")],
+            stdout, stderr, code = _embed([*worker, str(staging / "texts.json"), str(staging / "vectors.npy")],
                                           env, lambda line: say(f"index {a.name}: {line}"), noun)
             cache.log_dir.mkdir(parents=True, exist_ok=True)
             (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)

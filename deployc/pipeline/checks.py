@@ -13,6 +13,7 @@ from deployc.load.diagnostics import closest
 from deployc.pipeline.assets import IMAGE_SUFFIXES, corpus_files, tokenizer_file
 from deployc.pipeline.graph import references, stage_outputs
 from deployc.pipeline.ops import op_of
+from deployc.pipeline.ops.tokenize import TokenizeStage
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
@@ -90,10 +91,11 @@ class _Checker:
     def token_lengths(self, stage: Any, field: str, ref: str, model: str, shape: list[Any], port: str) -> None:
         spec = self.manifest.models[model]
         source = self.stages.get(ref.split(".")[0])
-        if source is None or source.op != "tokenize":
+        if not isinstance(source, TokenizeStage):
             return
         for d in shape:
-            if isinstance(d, str) and d in spec.dims and spec.dims[d].multiple_of and len(set(spec.dims[d].bounds())) > 1:
+            stepped = isinstance(d, str) and d in spec.dims and spec.dims[d].multiple_of
+            if stepped and len(set(spec.dims[d].bounds())) > 1:
                 self.error(stage, field, f"stage '{source.name}' produces any number of tokens, but model '{model}' "
                            f"input '{port}' takes {d} in multiples of {spec.dims[d].multiple_of}; a tokenize stage "
                            "cannot feed it yet",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -155,7 +155,7 @@ class Package(Frozen):
     data_file: str = ""  # the program's .ptd in the bundle (weights: external), "" when it has none
 
 
-Step = Annotated[Union[LoadModel, Export, Quantize, Lower, Serialize, Verify, CheckBudget, Package],
+Step = Annotated[LoadModel | Export | Quantize | Lower | Serialize | Verify | CheckBudget | Package,
                  Field(discriminator="step")]
 STEP_ORDER = ("load", "export", "quantize", "lower", "serialize", "verify", "budget", "package")
 # What a unit's content key leaves out: keys and code hashes fold the toolchain, descriptions are words.
@@ -260,7 +260,7 @@ class IndexAssetPlan(Frozen):
     key: str = ""  # content key of the built index: everything above but names
 
 
-AssetPlan = Annotated[Union[TokenizerAssetPlan, IndexAssetPlan], Field(discriminator="kind")]
+AssetPlan = Annotated[TokenizerAssetPlan | IndexAssetPlan, Field(discriminator="kind")]
 
 
 class BundlePlan(Frozen):

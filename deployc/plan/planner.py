@@ -71,6 +71,7 @@ class _Inputs:
     def __init__(self, hashes: FileHashes) -> None:
         self.files: dict[str, HashedFile] = {}
         self.hashes = hashes
+        self.sources: dict[str, tuple[list[SourceFile], dict[str, str]]] = {}  # factory module -> files, packages
 
     def add(self, path: Path, role: str, sha256: str | None = None) -> str:
         key = str(path.resolve())
@@ -92,13 +93,16 @@ def verification_points(dims: list[DimPlan]) -> list[dict[str, int]]:
 
 
 def _sources(folder: Path, factory: str, inputs: _Inputs) -> tuple[list[SourceFile], dict[str, str]]:
-    roots = module_roots(folder)
-    out = []
-    files = source_files(factory.split(":")[0], roots)
-    for f in files:
-        root = next(r for r in roots if f.is_relative_to(r))
-        out.append(SourceFile(path=f.relative_to(root).as_posix(), sha256=inputs.add(f, "model source")))
-    return out, imported_packages(files, roots[:1])
+    module = factory.split(":")[0]
+    if module not in inputs.sources:  # once per plan: several units (targets) share a factory's files
+        roots = module_roots(folder)
+        out = []
+        files = source_files(module, roots)
+        for f in files:
+            root = next(r for r in roots if f.is_relative_to(r))
+            out.append(SourceFile(path=f.relative_to(root).as_posix(), sha256=inputs.add(f, "model source")))
+        inputs.sources[module] = (out, imported_packages(files, roots[:1]))
+    return inputs.sources[module]
 
 
 def _budget_limits(profile_budgets: Budgets, unit: Unit) -> dict[str, int]:
@@ -123,7 +127,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, "builds one method (forward); the model declares further methods or constants"
     if backend.static_shapes_only and r.dynamic_dims:
         why = f" ({backend.static_shapes_reason})" if backend.static_shapes_reason else ""
-        return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} (make them "
+        return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} "
+                      "(make them "
                       f"static for this target: overrides.{r.target}.dims.<dim>: {{min: N, max: N}})")
     return recipe, None
 
@@ -145,6 +150,7 @@ def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[tuple[Un
             continue
         if chosen:
             continue  # after the chosen unit: not a candidate to fall back to, nothing to report
+        problem = problem or ""
         if problem.startswith("toolchain") and (profile.fallback == "error" or r.unit):
             reason = toolchain.backends[unit.backend].reason
             why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
@@ -235,7 +241,8 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                min_tokens=tol.tokens or 0),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
         Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
-                data_file=layout.program_data_file(r.model) if spec.weights == "external" else "", outputs=_outputs(spec.outputs),
+                data_file=layout.program_data_file(r.model) if spec.weights == "external" else "",
+                outputs=_outputs(spec.outputs),
                 method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
                 requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),
     ]
@@ -269,7 +276,9 @@ def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
 def _context(spec: ModelSpec) -> int | None:
     if spec.source.huggingface is None or spec.task != "text-generation":
         return None
-    return int(spec.constants["max_seq_len"])  # type: ignore[call-overload]  # derived when left out
+    context = spec.constants["max_seq_len"]  # derived from the directory when left out
+    assert isinstance(context, int), context
+    return context
 
 
 def _dims_at(project: Project, r: ResolvedModel) -> dict[str, Declared]:
@@ -322,6 +331,7 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
         corpus = [SourceFile(path=f.relative_to(folder).as_posix(), sha256=inputs.add(f, "corpus")) for f in files]
         if ix.image is not None:  # an image corpus: one vector per image, prepared as the image stage says
             stage = next(s for s in pipeline.stages if s.name == ix.image)
+            assert isinstance(stage, image.ImageStage)  # validate checked it
             plan = IndexAssetPlan(name=name, file=layout.index_file(name), model=ix.model,
                                   program_key=unit.program_key, image_steps=image.resolve_steps(stage, folder)[0],
                                   corpus=corpus)
@@ -382,7 +392,8 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
     m = project.manifest
     if only_target is not None and only_target not in m.targets:
         raise PlanError([Diagnostic(project.doc.locate(("targets",)),
-                                    f"--target {only_target}: not one of this manifest's targets: {', '.join(m.targets)}")])
+                                    f"--target {only_target}: not one of this manifest's targets: "
+                                    f"{', '.join(m.targets)}")])
     inputs = _Inputs(hashes or FileHashes(None))
     manifest_sha = inputs.add(project.path, "manifest", project.doc.sha256)
     problems: list[Diagnostic] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from deployc.core.errors import Location
@@ -43,13 +44,13 @@ class ResolvedModel:
 
 
 def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
+    """The scheme's defaults, then each layer's fields that the manifest sets (the target's last)."""
     s = SCHEMES[scheme]
-    values: dict[str, object] = {"min_cosine": s.min_cosine, "min_sqnr_db": s.min_sqnr_db, "max_abs": None,
-                                 "tokens": None, "enabled": True}
+    t = Tolerances(min_cosine=s.min_cosine, min_sqnr_db=s.min_sqnr_db, max_abs=None, tokens=None, enabled=True)
     for layer in layers:
         if layer is not None:
-            values.update({k: v for k, v in layer.model_dump().items() if k in layer.model_fields_set})
-    return Tolerances(**values)  # type: ignore[arg-type]
+            t = dataclasses.replace(t, **{k: getattr(layer, k) for k in layer.model_fields_set})
+    return t
 
 
 def resolve(project: Project) -> list[ResolvedModel]:
@@ -59,6 +60,7 @@ def resolve(project: Project) -> list[ResolvedModel]:
         for name, spec in project.manifest.models.items():
             ov = spec.overrides.get(target)
             base = ("models", name)
+            q_path: tuple[str, ...]
             if ov is not None and ov.quantization is not None:
                 quant = ov.quantization
                 q_path = (*base, "overrides", target, "quantization")

@@ -137,7 +137,8 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
     if overrides:
         lines.append("    overrides:  # targets whose units do not take the scheme above")
         lines += [f"      {t}: {{quantization: {s}}}" for t, s in overrides.items()]
-    lines.append("    # verify: {min_cosine: 0.99, min_sqnr_db: 20}  # tolerances against eager PyTorch (default: the scheme's)")
+    lines.append("    # verify: {min_cosine: 0.99, min_sqnr_db: 20}  "
+                 "# tolerances against eager PyTorch (default: the scheme's)")
     if p.task in hf_directory.TEXT_TASKS and not p.tokenizer:
         lines.append(f"# No pipeline: {p.source} has no tokenizer.json to turn text into input_ids "
                      "(docs/pipeline.md shows one).")

@@ -20,7 +20,7 @@ def executorch_prefix() -> Path:
     spec = importlib.util.find_spec("executorch")
     if spec is None or not spec.submodule_search_locations:
         raise BuildError("executorch is not installed in this Python environment")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def build_runner(build_dir: Path, progress: Callable[[str], None], jobs: int | None = None) -> Path:

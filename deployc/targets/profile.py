@@ -35,7 +35,7 @@ class Budgets(Frozen):
 
 class Unit(Frozen):
     name: Identifier
-    backend: BackendName  # type: ignore[valid-type]  # built from the registry's keys
+    backend: BackendName  # built from the registry's keys
     description: str = ""
     device: Device | None = Field(default=None, description="a separate processor on the same board (an MCU)")
     options: dict[str, Any] = Field(default_factory=dict, description="backend-specific options")
@@ -133,7 +133,8 @@ def _check(p: Profile, doc: Document) -> list[Diagnostic]:
     names: set[str] = set()
     for i, u in enumerate(p.units):
         if u.name in names:
-            out.append(Diagnostic(doc.locate(("units", i, "name")), f"units[{i}].name: unit '{u.name}' is defined twice"))
+            out.append(Diagnostic(doc.locate(("units", i, "name")),
+                                  f"units[{i}].name: unit '{u.name}' is defined twice"))
         names.add(u.name)
         backend = BACKENDS[u.backend]
         for option, message, hint in backend.check_options(u.options):

@@ -10,6 +10,7 @@ fails for a reason of its own (an export error) returns its failure as data, so 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import socket
@@ -194,7 +195,7 @@ class RayExecutor:
         def show(event: Event) -> None:
             if event.kind == "started":
                 attempts[event.label] = attempts.get(event.label, 0) + 1
-                event = event.model_copy(update={"attempt": attempts[event.label], "max_attempts": MAX_RETRIES + 1})
+                event = dataclasses.replace(event, attempt=attempts[event.label], max_attempts=MAX_RETRIES + 1)
             events(event)
 
         try:

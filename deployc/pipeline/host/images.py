@@ -29,9 +29,9 @@ def decode_image(data: bytes) -> np.ndarray:
     if data[:8] != b"\x89PNG\r\n\x1a\n" and data[:3] != b"\xff\xd8\xff":
         raise PreprocessError("not a PNG or JPEG file")
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-            im = ImageOps.exif_transpose(im) if data[:3] == b"\xff\xd8\xff" else im
+        with Image.open(io.BytesIO(data)) as opened:
+            opened.load()
+            im: Image.Image = ImageOps.exif_transpose(opened) if data[:3] == b"\xff\xd8\xff" else opened
             if im.mode in ("I;16", "I;16B", "I;16L", "I"):
                 gray = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)
                 return np.repeat(gray[:, :, None], 3, axis=2)
@@ -67,7 +67,7 @@ def _coefficients(in_size: int, out_size: int, filter_name: str) -> tuple[np.nda
     scale = in_size / out_size
     filterscale = max(scale, 1.0)
     support = support * filterscale
-    ksize = int(math.ceil(support)) * 2 + 1
+    ksize = math.ceil(support) * 2 + 1
     first = np.zeros(out_size, dtype=np.int64)
     fixed = np.zeros((out_size, ksize), dtype=np.int64)
     ss = 1.0 / filterscale

@@ -68,7 +68,7 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int, limit: int | None = Non
     n_out = n_out if limit is None else min(n_out, limit)
     ratio = min(1.0, rate_out / rate_in)
     half = zeros / ratio
-    width = 2 * int(math.ceil(half)) + 2
+    width = 2 * math.ceil(half) + 2
     out = np.zeros(n_out, dtype=np.float64)
     for start in range(0, n_out, 4096):  # blocks of output samples: [block, width] taps at a time
         i = np.arange(start, min(start + 4096, n_out), dtype=np.int64)
@@ -99,7 +99,7 @@ def mel_filters(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax: fl
     """[n_fft // 2 + 1, n_mels] triangular filters, Slaney-normalised (transformers' mel_filter_bank
     with norm="slaney", mel_scale="slaney")."""
     freqs = np.linspace(0.0, sample_rate / 2.0, n_fft // 2 + 1)
-    points = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
+    points = _mel_to_hz(np.linspace(_hz_to_mel(np.asarray(fmin)), _hz_to_mel(np.asarray(fmax)), n_mels + 2))
     diff = np.diff(points)
     slopes = points[None, :] - freqs[:, None]
     down = -slopes[:, :-2] / diff[:-1]

@@ -8,7 +8,7 @@ it executes with.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Field
 
@@ -22,7 +22,7 @@ from deployc.pipeline.ops import (
     tokenize,
     vector_search,
 )
-from deployc.pipeline.ops.base import OpBase
+from deployc.pipeline.ops.base import OpBase, StageBase
 
 _MODULES = (  # the registry: one line per op module, in the order the schema lists them
     model,
@@ -37,8 +37,11 @@ _MODULES = (  # the registry: one line per op module, in the order the schema li
 
 OPS: dict[str, OpBase] = {m.OP.name: m.OP for m in _MODULES}
 
-# A manifest's stage: the schema of the op its `op:` names.
-Stage = Annotated[Union[tuple(m.OP.schema for m in _MODULES)], Field(discriminator="op")]  # type: ignore[valid-type]
+# A manifest's stage: the schema of the op its `op:` names (to the type checker: any op's stage).
+if TYPE_CHECKING:
+    Stage = StageBase
+else:
+    Stage = Annotated[Union[tuple(m.OP.schema for m in _MODULES)], Field(discriminator="op")]  # noqa: UP007
 
 
 def op_of(stage: Any) -> OpBase:

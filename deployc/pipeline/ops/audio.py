@@ -53,7 +53,7 @@ def resolve_steps(stage: AudioStage, folder: Path) -> tuple[list[dict[str, Any]]
         problems.append((missing[0], f"{', '.join(missing)} must be given (here or by a preprocessor config)"))
         return [], problems
     assert rate and n_fft and hop and n_mels and seconds
-    samples = int(round(float(seconds) * int(rate)))
+    samples = round(float(seconds) * int(rate))
     fmax = stage.fmax if stage.fmax is not None else int(rate) / 2.0
     if fmax > int(rate) / 2.0:
         problems.append(("fmax", f"fmax {fmax:g} Hz is above the Nyquist frequency {int(rate) / 2:g} Hz"))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 class StageBase(Frozen):
     name: Identifier
+    op: str  # each op's schema narrows it to its name (the discriminator)
 
 
 class Checks(Protocol):

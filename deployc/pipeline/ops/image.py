@@ -70,8 +70,8 @@ def resolve_steps(stage: ImageStage, folder: Path) -> tuple[list[dict[str, Any]]
         fixed = r.height is not None and r.width is not None
         if (r.shortest_edge is None) != fixed or (r.height is None) != (r.width is None):
             problems.append(("resize", "give either shortest_edge, or both height and width"))
-        size = {"shortest_edge": r.shortest_edge} if r.shortest_edge else {"height": r.height, "width": r.width}
-        steps.append({"op": "resize", **size, "filter": r.filter})
+        fixed_size = {"shortest_edge": r.shortest_edge} if r.shortest_edge else {"height": r.height, "width": r.width}
+        steps.append({"op": "resize", **fixed_size, "filter": r.filter})
     elif cfg.get("do_resize", "size" in cfg) and "size" in cfg:
         size_cfg = cfg["size"]
         code = cfg.get("resample", 3)

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from deployc.core.layout import tokenizer_file
 from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
+from deployc.pipeline.ops.model import ModelStage
 from deployc.pipeline.ports import TEXT, Port
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def _pad_to(stage: TokenizeStage, context: ConfigContext) -> int | None:
     pipeline = context.manifest.pipeline
     assert pipeline is not None
     for consumer in pipeline.stages:
-        if consumer.op == "model" and consumer.model in context.static_lengths and any(
+        if isinstance(consumer, ModelStage) and consumer.model in context.static_lengths and any(
                 ref.split(".")[0] == stage.name for ref in consumer.inputs.values()):
             return context.static_lengths[consumer.model]
     return None

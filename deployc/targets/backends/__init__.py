@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from deployc.core.quantization import Recipe
 from deployc.load.manifest import QuantSpec
@@ -85,6 +85,10 @@ _MODULES = (  # the registry: one line per backend module, in the order `deployc
 BACKENDS: dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
 
 # Each backend's source file: its hash is part of every program key the backend builds.
-BACKEND_FILES: dict[str, Path] = {m.BACKEND.name: Path(m.__file__) for m in _MODULES}  # type: ignore[arg-type]
+BACKEND_FILES: dict[str, Path] = {m.BACKEND.name: Path(str(m.__file__)) for m in _MODULES}
 
-BackendName = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]  # the registry's keys, for the schema
+# The registry's keys, for the profile schema's allowed values (to the type checker: a backend's name).
+if TYPE_CHECKING:
+    BackendName = str
+else:
+    BackendName = Literal[tuple(BACKENDS)]

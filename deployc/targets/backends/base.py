@@ -173,7 +173,7 @@ def int8_dynamic_activations(weight_bits: int, group_size: int | None) -> Any:
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     return Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int8 if weight_bits == 8 else torch.int4,  # type: ignore[attr-defined]
+        weight_dtype=torch.int8 if weight_bits == 8 else torch.int4,  # type: ignore[attr-defined]  # runtime-only dtype
         weight_granularity=PerAxis(0) if group_size is None else PerGroup(group_size))
 
 
@@ -190,6 +190,7 @@ def embedding_weights(bits: int, group_size: int | None) -> Any:
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import IntxWeightOnlyConfig
 
+    # torch.int4 exists at runtime (torch 2.13) but not in torch's type stubs.
     return IntxWeightOnlyConfig(weight_dtype=torch.int8 if bits == 8 else torch.int4,  # type: ignore[attr-defined]
                                 granularity=PerAxis(0) if bits == 8 or group_size is None else PerGroup(group_size))
 

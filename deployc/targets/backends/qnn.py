@@ -54,7 +54,8 @@ class Qnn(BackendBase):
                      f"SoCs ExecuTorch's QNN backend knows: {', '.join(sorted(socs))}")]
         arch = options.get("htp_arch")
         if arch is not None and arch != socs[soc]:
-            return [("htp_arch", f"{soc} has HTP v{socs[soc]}, not v{arch}", f"htp_arch: {socs[soc]} (or leave it out)")]
+            return [("htp_arch", f"{soc} has HTP v{socs[soc]}, not v{arch}",
+                     f"htp_arch: {socs[soc]} (or leave it out)")]
         return []
 
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
