@@ -236,7 +236,7 @@ def test_ray_is_never_imported_by_the_local_executor() -> None:
     source = (REPO / "deployc").rglob("*.py")
     importers = sorted(p.relative_to(REPO).as_posix() for p in source
                        if "import ray" in p.read_text() or "from ray" in p.read_text())
-    assert importers == ["deployc/executors/ray_cluster.py"]
+    assert importers == ["deployc/build/executors/ray_cluster.py"]
 
 
 def test_a_bad_cpus_per_unit_setting_is_refused(cli, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,14 +19,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deployc.core.errors import UsageError
+from deployc.core.errors import BuildError, UsageError
 from deployc.core.digests import bytes_sha256
 
 ENTRY_FILE = "entry.json"  # the commit marker, here and in local caches
 MARKER_SCHEMA_VERSION = 1
 
 
-class CorruptEntry(Exception):
+class CorruptEntry(BuildError):
     """The shared entry does not match its marker (a torn upload from an old client, bit rot, tampering)."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -14,6 +14,10 @@ from pydantic import (
 )
 
 from deployc.core.sizes import SIZE_PATTERN, parse_size
+
+# The schema version every manifest, profile and plan document names; the one place it is spelled.
+ApiVersion = Literal["deployc/v1"]
+API_VERSION: str = get_args(ApiVersion)[0]
 
 
 class Frozen(BaseModel):

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deployc.core.errors import DeploycError
+
 # What each task makes of a directory. The manifest's `task` picks one; the build wraps the matching
 # transformers class so that the program takes and returns plain tensors.
 TASKS = ("embedding", "text-classification", "text-generation", "image-classification", "image-embedding",
@@ -41,8 +43,10 @@ class HfModel:
         return [self.folder / "config.json", *self.weights, *(f for f in extra if f.is_file())]
 
 
-class HfProblem(ValueError):
-    """What is wrong with a directory, for a located error."""
+class HfProblem(DeploycError):
+    """What is wrong with a directory; the caller locates it (the manifest field, or init's argument). Exit 2."""
+
+    exit_code = 2
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The manifest schema (apiVersion deployc/v1) and its loader.
+"""The manifest schema (apiVersion: API_VERSION) and its loader.
 
 Structure is checked by pydantic; cross-references (dims, targets, overrides) by `check_references`,
 so that a user sees every problem at once, each pointing at its own line.
@@ -13,12 +13,10 @@ from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
 from deployc.core.errors import Diagnostic, ManifestError
 from deployc.core.quantization import DEFAULT_CALIBRATION_SAMPLES, SCHEMES, SchemeName
-from deployc.core.records import Frozen, Identifier
+from deployc.core.records import ApiVersion, Frozen, Identifier
 from deployc.core.yaml_io import Document
 from deployc.load.diagnostics import closest, diagnostics_from
 from deployc.pipeline.schema import Pipeline
-
-API_VERSION = "deployc/v1"
 
 Dtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
@@ -202,7 +200,7 @@ ModelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class Manifest(Frozen):
-    api_version: Literal["deployc/v1"] = Field(alias="apiVersion")
+    api_version: ApiVersion = Field(alias="apiVersion")
     name: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="[a-z0-9-]+")
     version: str = Field(description="semantic version of the bundle, e.g. 1.0.0")
     description: str = ""

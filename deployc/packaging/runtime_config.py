@@ -17,6 +17,8 @@ import flatbuffers
 from flatbuffers import number_types as nt
 from flatbuffers.table import Table
 
+from deployc.core.errors import DeploycError
+
 SCHEMA_PATH = Path(__file__).with_name("runtime_config.fbs")
 SCHEMA_VERSION = 1
 
@@ -148,8 +150,10 @@ def _read(buf: bytes, pos: int, table: str) -> dict[str, Any]:
     return out
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(DeploycError):
+    """runtime.bin is not a runtime config this deployc reads (a foreign file, a newer schema). Exit 2."""
+
+    exit_code = 2
 
 
 def decode(buf: bytes) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import yaml
 
 from deployc.core.atomic import write_atomic
 from deployc.core.errors import UsageError, UserError
+from deployc.core.records import API_VERSION
 from deployc.load import hf_directory
 from deployc.load.hf_directory import HfModel, HfProblem
 from deployc.load.project import load_project
@@ -106,7 +107,7 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
         f"# A starter manifest for {p.source}, written by `deployc init`. It validates and builds as written;",
         "# edit it freely (docs/manifest.md lists every field). Build it with:",
         f"#   deployc build {p.file}",
-        "apiVersion: deployc/v1",
+        f"apiVersion: {API_VERSION}",
         f"name: {p.name.replace('_', '-')}",
         "version: 0.1.0",
         f"description: {_flow(f'{p.architecture} from {p.source} ({p.task})')}",

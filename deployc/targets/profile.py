@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError
 
 from deployc.core.errors import Diagnostic, Location, ProfileError
 from deployc.core.quantization import SchemeName
-from deployc.core.records import ByteSize, Frozen, Identifier
+from deployc.core.records import ApiVersion, ByteSize, Frozen, Identifier
 from deployc.core.yaml_io import Document, load_file
 from deployc.load.diagnostics import closest, diagnostics_from
 from deployc.targets.backends import BACKENDS, BackendName
@@ -46,7 +46,7 @@ class Unit(Frozen):
 
 
 class Profile(Frozen):
-    api_version: Literal["deployc/v1"] = Field(alias="apiVersion")
+    api_version: ApiVersion = Field(alias="apiVersion")
     name: str = Field(pattern=r"^[a-z0-9]+([_-][a-z0-9]+)*$")
     description: str = ""
     extends: str | None = Field(default=None, description="parent profile: a name or a relative path")
