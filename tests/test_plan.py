@@ -295,12 +295,9 @@ def test_installed_packages_the_factory_imports_are_part_of_the_program_key(
     assert before.units()[0].load.packages["torch"] == importlib.metadata.version("torch")
     real = source._distribution
 
-    class Upgraded(importlib.metadata.PathDistribution):
-        version = "999.0"  # type: ignore[assignment]  # the same package, a newer release
-
-    def upgraded(module: str) -> importlib.metadata.Distribution | None:
-        dist = real(module)
-        return Upgraded(dist._path) if module == "numpy" and dist is not None else dist  # type: ignore[attr-defined]
+    def upgraded(module: str) -> tuple[str, str] | None:
+        dist = real(module)  # the same package, a newer release
+        return (dist[0], "999.0") if module == "numpy" and dist is not None else dist
 
     monkeypatch.setattr(source, "_distribution", upgraded)
     after = make_plan(load_project(path), toolchain())

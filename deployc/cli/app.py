@@ -93,7 +93,6 @@ def plan(
 ) -> None:
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
     from deployc.build.cache import open_cache, plan_status
-    from deployc.cli.views import render_plan
     from deployc.core.cache_location import cache_spec
     from deployc.load.project import load_project
     from deployc.plan.build_plan import plan_json, save_plan
@@ -112,6 +111,8 @@ def plan(
         console.document({"plan": plan_json(build_plan), "cache": status,
                           "releases": [r.model_dump(mode="json") for r in releases]})
         return
+    from deployc.cli.views import render_plan
+
     render_plan(console, build_plan, status, releases)
     if out is not None:
         console.status(f"plan saved to {out}; apply it with: deployc build --plan {out}")
@@ -142,7 +143,6 @@ def build_cmd(
     from deployc.apply.apply_plan import apply, check_inputs
     from deployc.build.cache import open_cache
     from deployc.build.executors import make_executor
-    from deployc.cli.views import render_build
     from deployc.core.cache_location import cache_spec
     from deployc.core.errors import BuildError
     from deployc.plan.build_plan import load_plan
@@ -181,6 +181,8 @@ def build_cmd(
     if json_out:
         console.document(report.to_json())
     else:
+        from deployc.cli.views import render_build
+
         render_build(console, report)
     if report.failed:
         raise BuildError(f"{len(report.failed)} of {len(report.units)} unit(s) failed")
@@ -196,7 +198,6 @@ def inspect(path: Path, json_out: JsonOpt = False,
     """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
     import tempfile
 
-    from deployc.cli.views import render_inspect, render_pte
     from deployc.core.errors import BuildError
     from deployc.core.library_output import captured
     from deployc.packaging.inspection import (
@@ -215,6 +216,8 @@ def inspect(path: Path, json_out: JsonOpt = False,
         if json_out:
             console.document(pte)
             return
+        from deployc.cli.views import render_pte
+
         render_pte(console, pte)
         return
     with tempfile.TemporaryDirectory(prefix="deployc-inspect-") as scratch_dir:
@@ -231,6 +234,8 @@ def inspect(path: Path, json_out: JsonOpt = False,
         if json_out:
             console.document(info)
         else:
+            from deployc.cli.views import render_inspect
+
             render_inspect(console, info)
     if not check.ok:
         raise BuildError(f"{path}: {len(check.problems)} mismatch(es) against bundle.lock.json")
@@ -245,7 +250,6 @@ def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
     """What changed between two bundles (directories or archives)."""
     import tempfile
 
-    from deployc.cli.views import render_diff
     from deployc.packaging.bundle_diff import diff_bundles
     from deployc.packaging.inspection import open_bundle
 
@@ -261,6 +265,8 @@ def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
     if json_out:
         console.document(result)
         return
+    from deployc.cli.views import render_diff
+
     render_diff(console, result)
 
 
@@ -272,7 +278,6 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Execute a bundle's pipeline on this host, from the bundle alone."""
-    from deployc.cli.views import render_run
     from deployc.core.layout import RUNTIME_JSON
     from deployc.core.library_output import captured
     from deployc.runtime.pipeline_runner import Bundle, jsonable
@@ -291,6 +296,8 @@ def run(
     if json_out:
         console.document(jsonable(result))
         return
+    from deployc.cli.views import render_run
+
     render_run(console, result)
 
 
@@ -320,7 +327,6 @@ def native_qnn_env() -> None:
 @targets_app.command("list")
 def targets_list(json_out: JsonOpt = False) -> None:
     """Profiles on the search path: ./targets and its ancestors', DEPLOYC_TARGETS_PATH, then the built-in ones."""
-    from deployc.cli.views import render_profiles
     from deployc.targets.profile import profile_origins
 
     console = Console(json_mode=json_out)
@@ -328,13 +334,14 @@ def targets_list(json_out: JsonOpt = False) -> None:
     if json_out:
         console.document({name: {"path": str(p), "from": origin} for name, (p, origin) in found.items()})
         return
+    from deployc.cli.views import render_profiles
+
     render_profiles(console, found)
 
 
 @targets_app.command("show")
 def targets_show(name: str, json_out: JsonOpt = False) -> None:
     """A profile after inheritance."""
-    from deployc.cli.views import render_profile
     from deployc.targets.profile import load_profile, search_path
 
     console = Console(json_mode=json_out)
@@ -343,6 +350,8 @@ def targets_show(name: str, json_out: JsonOpt = False) -> None:
     if json_out:
         console.document(data)
         return
+    from deployc.cli.views import render_profile
+
     render_profile(console, loaded)
 
 
@@ -395,6 +404,9 @@ def _usage_lines(exc: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # deployc's records are its own: no pydantic plugin observes them, and looking for plugins scans every
+    # installed distribution's entry points (~30 ms a command). A user's own setting is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]

@@ -112,10 +112,15 @@ class _Converter:
         return self.scalars.construct_object(node, deep=True)
 
 
-def _check_depth(text: str, path: Path) -> None:
+# libyaml's parser when PyYAML has it (about 10x faster); its error texts are terser, so a document it
+# refuses is parsed again by the pure-Python one for the message users see.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _check_depth(text: str, path: Path, loader: Any = _FAST_LOADER) -> None:
     """Refuse deep nesting before composing: the composer recurses, the event parser does not."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
@@ -130,8 +135,14 @@ def load_text(text: str, path: Path) -> Document:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise UserError.at(path, f"file is larger than {MAX_BYTES} bytes; refused", 1, 1)
     try:
-        _check_depth(text, path)
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        try:
+            _check_depth(text, path)
+            nodes = list(yaml.compose_all(text, Loader=_FAST_LOADER))
+        except yaml.YAMLError:
+            if _FAST_LOADER is yaml.SafeLoader:
+                raise
+            _check_depth(text, path, yaml.SafeLoader)
+            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -7,8 +7,10 @@ import ast
 import functools
 import importlib.metadata
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+
+from deployc.core import installed
 
 
 def module_roots(manifest_dir: Path) -> list[Path]:
@@ -40,6 +42,18 @@ def source_files(module: str, roots: Sequence[Path]) -> list[Path]:
     return [file]
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement, nested ones included (imports are statements: expressions need no visit)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(node, field, []))
+        for handler in getattr(node, "handlers", []):
+            yield from _statements(handler.body)
+        for case in getattr(node, "cases", []):
+            yield from _statements(case.body)
+
+
 def _imported_top_levels(files: Iterable[Path]) -> set[str]:
     names: set[str] = set()
     for f in files:
@@ -47,7 +61,7 @@ def _imported_top_levels(files: Iterable[Path]) -> set[str]:
             tree = ast.parse(f.read_bytes(), filename=str(f))
         except (SyntaxError, ValueError):  # the build reports it when it imports the file
             continue
-        for node in ast.walk(tree):
+        for node in _statements(tree.body):
             if isinstance(node, ast.Import):
                 names.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -60,14 +74,14 @@ def _all_distributions() -> dict[str, list[str]]:
     return dict(importlib.metadata.packages_distributions())  # ~0.5 s: only for names that match no dist directly
 
 
-def _distribution(module: str) -> importlib.metadata.Distribution | None:
-    for name in dict.fromkeys((module, module.replace("_", "-"))):
-        try:
-            return importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+def _distribution(module: str) -> tuple[str, str] | None:
+    """(Name, Version) of the distribution that installs top-level `module`: one of the same name, else
+    the one whose files provide it."""
+    found = installed.distribution(module)
+    if found is not None:
+        return found
     for name in _all_distributions().get(module, []):
-        return importlib.metadata.distribution(name)
+        return installed.distribution(name)
     return None
 
 
@@ -80,7 +94,7 @@ def imported_packages(files: Iterable[Path], local_roots: Sequence[Path]) -> dic
             continue
         dist = _distribution(module)
         if dist is not None:
-            out[dist.metadata["Name"]] = dist.version
+            out[dist[0]] = dist[1]
     return dict(sorted(out.items()))
 
 
@@ -90,5 +104,5 @@ def imported_versions(names: Iterable[str]) -> dict[str, str]:
     for name in names:
         dist = _distribution(name)
         if dist is not None:
-            out[dist.metadata["Name"]] = dist.version
+            out[dist[0]] = dist[1]
     return dict(sorted(out.items()))

@@ -8,13 +8,13 @@ quantizes, never reuses a program built the old way (a shared cache included).
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import platform
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import deployc
+from deployc.core import installed
 from deployc.core.digests import file_sha256, key_of
 from deployc.core.records import Frozen
 from deployc.targets.backends import BACKEND_FILES, BACKENDS
@@ -39,10 +39,7 @@ class Toolchain(Frozen):
 
 
 def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not-installed"
+    return installed.version(dist) or "not-installed"
 
 
 def _files_sha256(files: list[Path]) -> str:
@@ -65,7 +62,7 @@ def code_hashes() -> dict[str, str]:
 
 def detect(env: Mapping[str, str] | None = None) -> Toolchain:
     env = dict(os.environ if env is None else env)
-    versions = {"python": platform.python_version(), "deployc": deployc.__version__}
+    versions = {"python": "{}.{}.{}".format(*sys.version_info[:3]), "deployc": deployc.__version__}
     versions.update({name: _version(name) for name in VERSIONED})
     backends = {n: b.availability(env) for n, b in BACKENDS.items()}
     return Toolchain(versions=versions, backends=backends, code=code_hashes(),

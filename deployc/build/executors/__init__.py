@@ -8,6 +8,7 @@ and how many worker processes started it. The driver plans, judges and packages;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -27,12 +28,35 @@ class Executor(Protocol):
         ...
 
 
+class _OnFirstUse:
+    """An executor made when something has to be built: a no-op build never imports multiprocessing."""
+
+    def __init__(self, make: Callable[[], Executor]) -> None:
+        self._make = make
+        self._made: Executor | None = None
+
+    def _executor(self) -> Executor:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def describe(self, units: int) -> str:
+        return self._executor().describe(units)
+
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
+        return self._executor().run(todo, folder, cache, events)
+
+
 def make_executor(name: str, jobs: int, ray_address: str | None = None, verbose: bool = False) -> Executor:
     """`verbose`: library output goes to this terminal instead of each unit's log file."""
-    if name == "ray":
+    if name == "ray":  # made now: a missing Ray or a bad setting is said before anything is planned
         from deployc.build.executors.ray_cluster import RayExecutor
 
         return RayExecutor(ray_address, jobs)
-    from deployc.build.executors.local import LocalExecutor
 
-    return LocalExecutor(jobs, verbose)
+    def local() -> Executor:
+        from deployc.build.executors.local import LocalExecutor
+
+        return LocalExecutor(jobs, verbose)
+
+    return _OnFirstUse(local)

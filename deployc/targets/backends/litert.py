@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deployc.core import installed
 from deployc.core.errors import BuildError
 from deployc.core.quantization import Recipe
 from deployc.targets.backends.base import Availability, BackendBase, modules_available
@@ -31,13 +32,13 @@ class LiteRT(BackendBase):
         found = modules_available(self.modules)
         if not found.usable:
             return Availability(usable=False, reason=f"{found.reason} (pip install 'deployc[litert]')")
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:  # the converter's and the interpreter's versions decide the .tflite bytes: part of program keys
-            facts = {"litert_torch": version("litert-torch"), "ai_edge_litert": version("ai-edge-litert")}
-        except PackageNotFoundError as exc:
-            return Availability(usable=False, reason=f"{exc} is not installed (pip install 'deployc[litert]')")
-        return Availability(usable=True, source="the litert-torch package", facts=facts)
+        # The converter's and the interpreter's versions decide the .tflite bytes: part of program keys.
+        facts = {"litert_torch": installed.version("litert-torch"),
+                 "ai_edge_litert": installed.version("ai-edge-litert")}
+        missing = [k for k, v in facts.items() if v is None]
+        if missing:
+            return Availability(usable=False, reason=f"{missing[0]} is not installed (pip install 'deployc[litert]')")
+        return Availability(usable=True, source="the litert-torch package", facts={k: str(v) for k, v in facts.items()})
 
     def runs_here(self, env: Mapping[str, str]) -> Availability:
         found = modules_available(("ai_edge_litert",))  # the interpreter, without the converter

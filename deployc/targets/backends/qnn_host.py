@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from deployc.core import installed
 from deployc.core.cache_location import cache_spec, local_root
 from deployc.core.digests import file_sha256, key_of
 from deployc.core.errors import BuildError
@@ -85,26 +86,25 @@ def find(env: dict[str, str] | os._Environ[str]) -> QnnLibraries | str:
     root = env.get("QNN_SDK_ROOT", "")
     if root and Path(root, HOST_LIB_DIR, "libQnnHtp.so").is_file() and not _is_layer_dir(Path(root)):
         return QnnLibraries("sdk", f"QNN_SDK_ROOT={root}", Path(root, HOST_LIB_DIR), _sdk_version(Path(root)), None)
-    try:
-        dist = importlib.metadata.distribution(PYPI_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
+    release, site = installed.version(PYPI_DISTRIBUTION), installed.site_folder(PYPI_DISTRIBUTION)
+    if release is None or site is None:
         if root and not _is_layer_dir(Path(root)):
             return f"QNN_SDK_ROOT={root} has no {HOST_LIB_DIR}/libQnnHtp.so, and {PYPI_DISTRIBUTION} is not installed"
         return f"no QNN host libraries: {INSTALL_HINT}"
-    lib_dir = Path(str(dist.locate_file("onnxruntime_qnn")))
+    lib_dir = site / "onnxruntime_qnn"
     if not (lib_dir / "libQnnHtp.so").is_file():
-        return f"{PYPI_DISTRIBUTION} {dist.version} is installed but has no onnxruntime_qnn/libQnnHtp.so"
-    version = LAYERED_RELEASES.get(dist.version)
+        return f"{PYPI_DISTRIBUTION} {release} is installed but has no onnxruntime_qnn/libQnnHtp.so"
+    version = LAYERED_RELEASES.get(release)
     if version is None:
         made_for = ", ".join(f"{PYPI_DISTRIBUTION}=={r} (QNN {q})" for r, q in LAYERED_RELEASES.items())
-        return (f"{PYPI_DISTRIBUTION} {dist.version} ships QNN libraries deployc's compatibility layer was not "
+        return (f"{PYPI_DISTRIBUTION} {release} ships QNN libraries deployc's compatibility layer was not "
                 f"made for ({made_for}); install that release: pip install 'deployc[qnn]'")
     if not Path(LAYER_SOURCE).is_file():
         return f"deployc's QNN compatibility layer source {LAYER_SOURCE} is missing (a broken install)"
     if compiler() is None:
         return ("building deployc's QNN compatibility layer needs a C compiler (cc or gcc on PATH), e.g. "
                 "`apt-get install gcc`")
-    return QnnLibraries("pypi", f"{PYPI_DISTRIBUTION} {dist.version} (PyPI)", lib_dir, version,
+    return QnnLibraries("pypi", f"{PYPI_DISTRIBUTION} {release} (PyPI)", lib_dir, version,
                         file_sha256(LAYER_SOURCE))
 
 
