@@ -110,7 +110,8 @@ def test_imports_point_down_the_stages(path: Path) -> None:
 def test_validate_and_plan_load_nothing_of_the_torch_side(tmp_path: Path) -> None:
     code = ("import sys; from deployc.cli.app import main;"
             "main(['validate', sys.argv[1]]); main(['plan', '--json', sys.argv[1]]);"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'executorch', 'torchao', 'numpy', 'ray')"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'executorch', 'torchao', 'numpy', 'ray',"
+            " 'flatbuffers')"
             " or m.startswith(('deployc.graph', 'deployc.build.executors', 'deployc.packaging', 'deployc.runtime'))))")
     manifest = PACKAGE.parent / "manifests" / "rag_offline.yaml"
     proc = subprocess.run([sys.executable, "-c", code, str(manifest)], capture_output=True, text=True, timeout=60,
