@@ -224,12 +224,13 @@ def inspect(path: Path, json_out: JsonOpt = False,
         scratch = tempfile.TemporaryDirectory(dir=scratch_dir)
         folder = open_bundle(path, scratch)
         check = check_bundle(folder)
-        info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
-        info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
-        if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
-            from deployc.runtime.self_test import run_self_test
+        # Reading programs imports torch and torchao, whose import-time notes belong in the log, not here.
+        with captured(_library_log("inspect"), f"deployc inspect {path}"):
+            info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
+            info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
+            if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
+                from deployc.runtime.self_test import run_self_test
 
-            with captured(_library_log("inspect"), f"deployc inspect --self-test {path}"):
                 info["self_test"] = [r.model_dump(mode="json") for r in run_self_test(folder)]
         if json_out:
             console.document(info)

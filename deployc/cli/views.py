@@ -79,8 +79,9 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
 
 
 def render_build(console: Console, report: BuildReport) -> None:
+    # Latency is this host's (an NPU program's is the HTP emulator's on x86): not the device's.
     table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
-                  "latency")
+                  "host latency")
     for r in report.units:
         f, v = r.facts, r.verification
         vtext: str = v.status if v else "-"
