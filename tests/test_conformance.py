@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from deployc.core.errors import RunError
-from deployc.pipeline.host.assets import AssetFiles
+from deployc.pipeline.host.bundle_files import BundleFiles
 from deployc.pipeline.ops import OPS
 
 HERE = Path(__file__).resolve().parent / "conformance"
@@ -23,7 +23,7 @@ VECTORS = [p for p in VECTORS if p.name != "wordpiece.json" and p.name != "index
 PROGRAM_OPS = {"model", "generate"}
 
 
-class VectorHost(AssetFiles):
+class VectorHost(BundleFiles):
     """A vector's folder as the Host its op runs with: files beside it, no programs."""
 
     def signature(self, program: str, method: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from deployc.core.errors import BuildError
 from deployc.core.events import Say
 from deployc.packaging import embed_worker
 from deployc.packaging.corpus import Chunk, chunk_corpus
-from deployc.pipeline.assets import tokenizer_file
+from deployc.pipeline.asset_sources import tokenizer_file
 from deployc.plan.build_plan import (
     BuildPlan,
     IndexAssetPlan,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from deployc.core.errors import Diagnostic
 from deployc.core.yaml_io import Document
 from deployc.load.diagnostics import closest
-from deployc.pipeline.assets import IMAGE_SUFFIXES, corpus_files, tokenizer_file
+from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, tokenizer_file
 from deployc.pipeline.graph import references, stage_outputs
 from deployc.pipeline.ops import op_of
 from deployc.pipeline.ops.tokenize import TokenizeStage

@@ -24,7 +24,7 @@ from deployc.load.model_sources import (
     source_files,
 )
 from deployc.load.project import Project
-from deployc.pipeline.assets import corpus_files, tokenizer_file
+from deployc.pipeline.asset_sources import corpus_files, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
 from deployc.plan.build_plan import (

@@ -14,11 +14,11 @@ import numpy as np
 from deployc.core.errors import PreprocessError, RunError, UserError
 from deployc.core.layout import RUNTIME_JSON
 from deployc.packaging.inspection import verify_bundle
-from deployc.pipeline.host.assets import AssetFiles
+from deployc.pipeline.host.bundle_files import BundleFiles
 from deployc.pipeline.ops import OPS
 
 
-class Bundle(AssetFiles):
+class Bundle(BundleFiles):
     """A bundle opened on this host: what its stages' ops run with (pipeline/ops/base.Host)."""
 
     def __init__(self, folder: Path) -> None:

@@ -1,4 +1,4 @@
-"""The files a pipeline's ops read on this host, relative to one folder (a bundle's, or a conformance
+"""The files of a bundle that pipeline ops read on this host, relative to one folder (a bundle, or a conformance
 vector's), each loaded once: tokenizers and vector indexes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from deployc.pipeline.host.tokenizers import load_tokenizer
 
 
-class AssetFiles:
+class BundleFiles:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._tokenizers: dict[tuple[str, int | None], Any] = {}
