@@ -1,4 +1,4 @@
-"""Both runtimes against one truth: every conformance vector (tests/conformance/<op>/*.json: inputs,
+"""Both runtimes against one truth: every conformance vector (tests/conformance/<op>/*.vector.json: inputs,
 parameters, the outputs an independent reference computed) through deployc's Python op and through the
 native runner's op table (`deployc-runner --op`). Ops that call a program (model, generate) are held to
 each other by tests/test_native.py on built bundles instead: a vector cannot carry a program."""
@@ -18,8 +18,7 @@ from deployc.pipeline.host.bundle_files import BundleFiles
 from deployc.pipeline.ops import OPS
 
 HERE = Path(__file__).resolve().parent / "conformance"
-VECTORS = sorted(HERE.glob("*/*.json"), key=lambda p: (p.parent.name, p.name))
-VECTORS = [p for p in VECTORS if p.name != "wordpiece.json" and p.name != "index.json"]
+VECTORS = sorted(HERE.glob("*/*.vector.json"), key=lambda p: (p.parent.name, p.name))
 PROGRAM_OPS = {"model", "generate"}
 
 
@@ -76,7 +75,7 @@ def test_every_op_without_a_program_has_vectors() -> None:
     assert {p.parent.name for p in VECTORS} == set(OPS) - PROGRAM_OPS
 
 
-@pytest.mark.parametrize("path", VECTORS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.vector.json')}")
 def test_python_op_gives_the_vector_outputs(path: Path) -> None:
     vector = json.loads(path.read_text())
     stage = {"name": "conformance", "op": vector["op"], "program": "", "method": ""}
@@ -85,7 +84,7 @@ def test_python_op_gives_the_vector_outputs(path: Path) -> None:
     _check({k: _as_json(v) for k, v in outputs.items()}, vector, "python")
 
 
-@pytest.mark.parametrize("path", VECTORS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.vector.json')}")
 def test_native_op_gives_the_vector_outputs(path: Path, runner: Path) -> None:
     vector = json.loads(path.read_text())
     proc = subprocess.run([str(runner), "--op", str(path)], capture_output=True, text=True, timeout=60)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.metadata
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -71,7 +70,9 @@ def _imported_top_levels(files: Iterable[Path]) -> set[str]:
 
 @functools.cache
 def _all_distributions() -> dict[str, list[str]]:
-    return dict(importlib.metadata.packages_distributions())  # ~0.5 s: only for names that match no dist directly
+    import importlib.metadata  # ~0.5 s with the scan below: only for names that match no distribution
+
+    return dict(importlib.metadata.packages_distributions())
 
 
 def _distribution(module: str) -> tuple[str, str] | None:

@@ -34,7 +34,7 @@ def write(op: str, name: str, description: str, params: dict[str, Any], inputs: 
     folder.mkdir(exist_ok=True)
     vector = {"op": op, "description": description, "params": params, "inputs": inputs, "expected": expected,
               "atol": atol}
-    (folder / f"{name}.json").write_text(json.dumps(vector, indent=1, sort_keys=True) + "\n")
+    (folder / f"{name}.vector.json").write_text(json.dumps(vector, indent=1, sort_keys=True) + "\n")
 
 
 def similarity() -> None:
