@@ -313,24 +313,26 @@ Failure op_generate(OpContext& ctx, const StageSpec& stage, const json& params, 
   return generate(*ctx.bundle(), stage, params, *tk, as_text(found->second), ctx.options(), out, ctx.figures);
 }
 
-Failure op_image(OpContext&, const StageSpec& stage, const json& params, Values& args, Values& out) {
+// image and audio: a file input decoded into one tensor by the stage's steps (preprocess.h).
+using Steps = Failure (*)(const std::string& bytes, const json& steps, Array& out);
+
+Failure decode_file(const StageSpec& stage, const json& params, Values& args, Values& out, Steps steps,
+                    const std::string& port) {
   const std::string* bytes = arg<std::string>(args, "input");
   if (!bytes) return {2, "stage " + stage.name + ": input is not a file"};
   Array a;
-  if (Failure f = image_steps(*bytes, params.at("steps"), a))
-    return {f.exit_code, "stage " + stage.name + " (image): " + f.message};
-  out["pixels"] = a;
+  if (Failure f = steps(*bytes, params.at("steps"), a))
+    return {f.exit_code, "stage " + stage.name + " (" + stage.op + "): " + f.message};
+  out[port] = a;
   return {};
 }
 
+Failure op_image(OpContext&, const StageSpec& stage, const json& params, Values& args, Values& out) {
+  return decode_file(stage, params, args, out, image_steps, "pixels");
+}
+
 Failure op_audio(OpContext&, const StageSpec& stage, const json& params, Values& args, Values& out) {
-  const std::string* bytes = arg<std::string>(args, "input");
-  if (!bytes) return {2, "stage " + stage.name + ": input is not a file"};
-  Array a;
-  if (Failure f = audio_steps(*bytes, params.at("steps"), a))
-    return {f.exit_code, "stage " + stage.name + " (audio): " + f.message};
-  out["features"] = a;
-  return {};
+  return decode_file(stage, params, args, out, audio_steps, "features");
 }
 
 Failure op_similarity(OpContext&, const StageSpec& stage, const json& params, Values& args, Values& out) {

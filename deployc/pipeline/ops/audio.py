@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
-from deployc.pipeline.ports import Port
+from deployc.pipeline.ops.base import PreprocessingOp, StageBase
 from deployc.pipeline.preprocessor_config import Problem, read_config
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    pass
 
 
 class AudioStage(StageBase):
@@ -76,31 +75,21 @@ def features_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
     return (1, mel["n_mels"], frames)
 
 
-class AudioOp(OpBase):
+class AudioOp(PreprocessingOp):
     name = "audio"
     schema = AudioStage
-    reads = ("input",)
-    paths = ("preprocessor",)
+    kind, port = "audio", "features"
 
-    def outputs(self, stage: AudioStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
-        steps = resolve_steps(stage, folder)[0] if folder is not None else []
-        return {"features": Port("tensor", "float32", features_shape(steps))}
+    def resolve_steps(self, stage: Any, folder: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+        return resolve_steps(stage, folder)
 
-    def check(self, stage: AudioStage, c: Checks) -> None:
-        c.expect(stage, "input", c.port(stage, "input", stage.input), Port("audio"))
-        for field, message in resolve_steps(stage, c.folder)[1]:
-            c.error(stage, field, message)
+    def shape(self, steps: list[dict[str, Any]] | None, stage: Any) -> tuple[int | str, ...]:
+        return features_shape(steps or [])
 
-    def files(self, stage: AudioStage, folder: Path) -> list[Path]:
-        return [folder / stage.preprocessor] if stage.preprocessor else []
-
-    def params(self, stage: AudioStage, context: ConfigContext) -> dict[str, Any]:
-        return {"steps": resolve_steps(stage, context.folder)[0]}
-
-    def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
+    def prepare(self, data: bytes, steps: list[dict[str, Any]]) -> Any:
         from deployc.pipeline.host.sounds import prepare_audio
 
-        return {"features": prepare_audio(args["input"], params["steps"])}
+        return prepare_audio(data, steps)
 
 
 OP = AudioOp()

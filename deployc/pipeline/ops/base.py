@@ -127,3 +127,41 @@ class OpBase:
     def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
         """Execute the stage on this host: its inputs by port name -> its outputs by port name."""
         raise NotImplementedError(self.name)
+
+
+class PreprocessingOp(OpBase):
+    """An op that decodes a file input (`input`) into one float32 tensor through steps resolved at plan time
+    from the stage and its `preprocessor` config: image, audio."""
+
+    reads = ("input",)
+    paths = ("preprocessor",)
+    kind: ClassVar[str]  # the pipeline input type it reads
+    port: ClassVar[str]  # its one output
+
+    def resolve_steps(self, stage: Any, folder: Path) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+        raise NotImplementedError(self.name)
+
+    def shape(self, steps: list[dict[str, Any]] | None, stage: Any) -> tuple[int | str, ...]:
+        """The output's shape from the steps (None: no folder to read a config from; symbolic sizes)."""
+        raise NotImplementedError(self.name)
+
+    def prepare(self, data: bytes, steps: list[dict[str, Any]]) -> Any:
+        raise NotImplementedError(self.name)
+
+    def outputs(self, stage: Any, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+        steps = self.resolve_steps(stage, folder)[0] if folder is not None else None
+        return {self.port: Port("tensor", "float32", self.shape(steps, stage))}
+
+    def check(self, stage: Any, checks: Checks) -> None:
+        checks.expect(stage, "input", checks.port(stage, "input", stage.input), Port(self.kind))
+        for field, message in self.resolve_steps(stage, checks.folder)[1]:
+            checks.error(stage, field, message)
+
+    def files(self, stage: Any, folder: Path) -> list[Path]:
+        return [folder / stage.preprocessor] if stage.preprocessor else []
+
+    def params(self, stage: Any, context: ConfigContext) -> dict[str, Any]:
+        return {"steps": self.resolve_steps(stage, context.folder)[0]}  # the preprocessor config folded in
+
+    def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
+        return {self.port: self.prepare(args["input"], params["steps"])}

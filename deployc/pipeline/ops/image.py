@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from deployc.core.records import Frozen
-from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
-from deployc.pipeline.ports import Port
+from deployc.pipeline.ops.base import PreprocessingOp, StageBase
 from deployc.pipeline.preprocessor_config import Problem, read_config
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    pass
 
 # PIL's resampling codes, as transformers writes them into preprocessor configs.
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -132,31 +131,21 @@ def pixels_shape(steps: list[dict[str, Any]]) -> tuple[int | str, ...]:
     return (1, 3, h, w) if layout == "NCHW" else (1, h, w, 3)
 
 
-class ImageOp(OpBase):
+class ImageOp(PreprocessingOp):
     name = "image"
     schema = ImageStage
-    reads = ("input",)
-    paths = ("preprocessor",)
+    kind, port = "image", "pixels"
 
-    def outputs(self, stage: ImageStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
-        steps = resolve_steps(stage, folder)[0] if folder is not None else [{"op": "layout", "layout": stage.layout}]
-        return {"pixels": Port("tensor", "float32", pixels_shape(steps))}
+    def resolve_steps(self, stage: Any, folder: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+        return resolve_steps(stage, folder)
 
-    def check(self, stage: ImageStage, c: Checks) -> None:
-        c.expect(stage, "input", c.port(stage, "input", stage.input), Port("image"))
-        for field, message in resolve_steps(stage, c.folder)[1]:
-            c.error(stage, field, message)
+    def shape(self, steps: list[dict[str, Any]] | None, stage: Any) -> tuple[int | str, ...]:
+        return pixels_shape(steps if steps is not None else [{"op": "layout", "layout": stage.layout}])
 
-    def files(self, stage: ImageStage, folder: Path) -> list[Path]:
-        return [folder / stage.preprocessor] if stage.preprocessor else []
-
-    def params(self, stage: ImageStage, context: ConfigContext) -> dict[str, Any]:
-        return {"steps": resolve_steps(stage, context.folder)[0]}  # the preprocessor config folded in
-
-    def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
+    def prepare(self, data: bytes, steps: list[dict[str, Any]]) -> Any:
         from deployc.pipeline.host.images import prepare_image
 
-        return {"pixels": prepare_image(args["input"], params["steps"])}
+        return prepare_image(data, steps)
 
 
 OP = ImageOp()
