@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/cli_bench.py [--runs N]
 
-Each command runs N times (default 7) in a fresh process; the median wall times are compared with
+Each command runs N times (default 7) in a fresh process, the commands taking turns round by round (the
+machine's noise then falls on all of them alike); the median wall times are compared with
 `python -c pass` (the floor any command pays) and with `python -c "import torch"` (what validate, plan and
 a no-op build must never pay). Goals: `plan` <= 10x a bare interpreter, and a no-op `build` of a manifest
 <= 1.3x the `plan` of the same manifest (it plans, then finds every program cached and every release
@@ -32,18 +33,21 @@ def _bomb(levels: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def median_s(cmd: list[str], cwd: Path, runs: int, expect: int = 0) -> float:
+def medians(commands: dict[str, tuple[list[str], int]], cwd: Path, runs: int) -> dict[str, float]:
+    """Median wall time of each command over `runs` rounds; each round runs every command once, in turn, so
+    that the machine's slow and fast moments fall on all of them alike."""
     # Byte-compiled modules, as an installed deployc has them (this machine sets PYTHONDONTWRITEBYTECODE).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run(cmd, cwd=cwd, capture_output=True, env=env)  # compiles what it imports, once
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-        times.append(time.perf_counter() - t)
-        if proc.returncode != expect:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for round_ in range(runs + 1):  # the first round compiles what each command imports: not counted
+        for name, (cmd, expect) in commands.items():
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+            if round_:
+                times[name].append(time.perf_counter() - t)
+            if proc.returncode != expect:
+                raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -61,21 +65,22 @@ def main() -> None:
                        capture_output=True)
         subprocess.run([*deployc, "plan", "tiny.yaml", "--cache-dir", "c", "--out", "tiny.plan.json"], cwd=work,
                        check=True, capture_output=True)
-        bare = median_s([sys.executable, "-c", "pass"], work, runs)
-        torch = median_s([sys.executable, "-c", "import torch"], work, max(3, runs // 2))
-        commands = [
-            ("validate bomb.yaml (an alias bomb: refused)", [*deployc, "validate", "bomb.yaml"], 2),
-            ("validate rag_offline.yaml", [*deployc, "validate", rag], 0),
-            ("plan rag_offline.yaml --json", [*deployc, "plan", rag, "--json"], 0),
-            ("plan tiny.yaml", [*deployc, "plan", "tiny.yaml", "--cache-dir", "c", "--dist", "o"], 0),
-            ("plan tiny.yaml --out plan.json", [*deployc, "plan", "tiny.yaml", "--cache-dir", "c", "--out", "p.json"],
-             0),
-            ("build tiny.yaml (no-op: all cached, release unchanged)",
-             [*deployc, "build", "tiny.yaml", "--cache-dir", "c", "--out", "o"], 0),
-            ("build --plan (no-op)", [*deployc, "build", "--plan", "tiny.plan.json", "--cache-dir", "c", "--out", "o"],
-             0),
-        ]
-        times = {name: median_s(cmd, work, runs, expect) for name, cmd, expect in commands}
+        commands = {
+            "python -c pass": ([sys.executable, "-c", "pass"], 0),
+            "validate bomb.yaml (an alias bomb: refused)": ([*deployc, "validate", "bomb.yaml"], 2),
+            "validate rag_offline.yaml": ([*deployc, "validate", rag], 0),
+            "plan rag_offline.yaml --json": ([*deployc, "plan", rag, "--json"], 0),
+            "plan tiny.yaml": ([*deployc, "plan", "tiny.yaml", "--cache-dir", "c", "--dist", "o"], 0),
+            "plan tiny.yaml --out plan.json": ([*deployc, "plan", "tiny.yaml", "--cache-dir", "c", "--out", "p.json"],
+                                               0),
+            "build tiny.yaml (no-op: all cached, release unchanged)":
+                ([*deployc, "build", "tiny.yaml", "--cache-dir", "c", "--out", "o"], 0),
+            "build --plan (no-op)": ([*deployc, "build", "--plan", "tiny.plan.json", "--cache-dir", "c", "--out", "o"],
+                                     0),
+        }
+        times = medians(commands, work, runs)
+        bare = times.pop("python -c pass")
+        torch = medians({"torch": ([sys.executable, "-c", "import torch"], 0)}, work, max(3, runs // 2))["torch"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"python -c pass: {bare * 1000:.0f} ms; python -c 'import torch': {torch * 1000:.0f} ms "
