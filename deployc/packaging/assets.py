@@ -141,7 +141,9 @@ def _rate(worker_stdout: str, noun: str = "chunks") -> str:
     words = last[0].split()
     if len(words) != 4 or words[0] != "embedded" or float(words[3]) <= 0:
         return ""
-    return f"{int(words[1]) / float(words[3]):,.0f} {noun}/s"
+    rate = int(words[1]) / float(words[3])
+    # Slow programs (an NPU's on the HTP emulator: under one chunk a second) keep two digits, not "0".
+    return f"{rate:,.0f} {noun}/s" if rate >= 10 else f"{rate:.2g} {noun}/s"
 
 
 def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
