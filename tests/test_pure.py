@@ -151,3 +151,14 @@ def test_index_progress_lines() -> None:
 
     assert progress_line("progress 40 200\n") == "40/200 chunks (20%)"
     assert progress_line("# LIBNATIVE: something\n") == "" and progress_line("progress x 2") == ""
+
+
+def test_index_rates_keep_two_digits_when_slow() -> None:
+    """An NPU program on the HTP emulator embeds under one chunk a second: said as 0.71, not 0."""
+    from deployc.packaging.assets import _rate, progress_line
+
+    assert _rate("embedded 42 in 59.1") == "0.71 chunks/s"
+    assert _rate("embedded 42 in 0.45", "images") == "93 images/s"
+    assert _rate("embedded 3000 in 1.2") == "2,500 chunks/s"
+    assert _rate("something else") == ""
+    assert progress_line("progress 40 200") == "40/200 chunks (20%)"
