@@ -141,3 +141,10 @@ def test_a_backend_is_one_module(name: str) -> None:
         allowed = helpers | {PACKAGE / f for f in RUNTIMES.get(package, ())}
         users = {p.resolve() for p in MODULES if package in p.read_text()}
         assert users <= allowed and own_file in users, f"{package} is named outside {own_file.name}: {users - allowed}"
+
+
+def test_every_folder_of_the_package_is_a_regular_package() -> None:
+    """A folder without __init__.py still imports (a namespace package) from a checkout, but a wheel leaves
+    it out: `build/` in .gitignore once kept deployc/build/__init__.py out of git that way."""
+    folders = {p.parent for p in MODULES}
+    assert sorted(str(f.relative_to(PACKAGE.parent)) for f in folders if not (f / "__init__.py").is_file()) == []

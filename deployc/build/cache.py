@@ -17,16 +17,16 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from deployc.core.cache_location import is_url, mirror_dir
+from deployc.build.shared_store import ENTRY_FILE, CorruptEntry, SharedStore
 from deployc.core.atomic import write_atomic
+from deployc.core.cache_location import is_url, mirror_dir
 from deployc.core.digests import file_sha256
 from deployc.core.file_hashes import FileHashes
-from deployc.build.shared_store import ENTRY_FILE, CorruptEntry, SharedStore
 
 if TYPE_CHECKING:
     from deployc.plan.build_plan import BuildPlan
@@ -36,7 +36,7 @@ ENTRY_SCHEMA_VERSION = 1
 Status = Literal["cached", "stale", "new"]
 
 
-def plan_status(plan: BuildPlan, cache: "Cache") -> dict[str, Status]:
+def plan_status(plan: BuildPlan, cache: Cache) -> dict[str, Status]:
     """For `deployc plan`: each program key and index key of the plan -> cached, stale or new."""
     status = {u.program_key: cache.status(u.program_key, u.slug) for u in plan.units()}
     indexes = cache.of_kind("indexes")
@@ -45,7 +45,7 @@ def plan_status(plan: BuildPlan, cache: "Cache") -> dict[str, Status]:
     return status
 
 
-def open_cache(spec: str) -> "Cache":
+def open_cache(spec: str) -> Cache:
     if is_url(spec):
         return Cache(mirror_dir(spec), shared=SharedStore(spec))
     return Cache(Path(spec))
@@ -76,7 +76,7 @@ class Cache:
         """Where the plan remembers large files' sha256: this cache's directory (a shared cache's mirror)."""
         return FileHashes(self.root)
 
-    def of_kind(self, kind: str) -> "Cache":
+    def of_kind(self, kind: str) -> Cache:
         return Cache(self.root, kind, self.shared)
 
     def _dir(self, key: str) -> Path:
@@ -143,10 +143,8 @@ class Cache:
         d = self._dir(key)
         if d.exists():
             trash = Path(tempfile.mkdtemp(dir=self._tmp_root(), prefix="trash-"))
-            try:
+            with suppress(OSError):  # another reader moved it first
                 d.rename(trash / "entry")
-            except OSError:
-                pass
             shutil.rmtree(trash, ignore_errors=True)
 
     def _tmp_root(self) -> Path:

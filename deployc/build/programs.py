@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 
 from deployc.build.cache import Cache, Entry
-from deployc.core.events import Event, EventSink, Say
 from deployc.build.executors import Executor
 from deployc.build.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
+from deployc.build.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
+from deployc.core.events import Event, EventSink, Say
+from deployc.core.sizes import format_size
 from deployc.graph.metrics import judge
 from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan
-from deployc.build.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
-from deployc.core.sizes import format_size
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
           "sram": "planned activation memory"}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from deployc.core.errors import Location
 from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TokenParity
+from deployc.core.errors import Location
+from deployc.core.records import Frozen
 from deployc.plan.build_plan import UnitPlan
 from deployc.plan.releases import ReleaseStatus
-from deployc.core.records import Frozen
 
 Status = Literal["built", "cached", "failed"]
 

@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deployc.core.errors import BuildError, UsageError
 from deployc.core.digests import bytes_sha256
+from deployc.core.errors import BuildError, UsageError
 
 ENTRY_FILE = "entry.json"  # the commit marker, here and in local caches
 MARKER_SCHEMA_VERSION = 1

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Protocol
 
 from deployc.build.cache import Cache
+from deployc.build.results import WorkerResult
 from deployc.core.events import EventSink
 from deployc.plan.build_plan import UnitPlan
-from deployc.build.results import WorkerResult
 
 
 class Executor(Protocol):

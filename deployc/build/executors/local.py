@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from deployc.build.cache import Cache
+from deployc.build.results import Node, WorkerJob, WorkerResult
 from deployc.core.events import Event, EventSink
 from deployc.graph import worker
 from deployc.plan.build_plan import UnitPlan
-from deployc.build.results import Node, WorkerJob, WorkerResult
 
 
 def _init_worker(events: Any, threads: int, log_dir: str | None) -> None:

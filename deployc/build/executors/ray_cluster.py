@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from deployc.build.cache import Cache
+from deployc.build.results import Node, WorkerJob, WorkerResult
+from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError, UsageError
 from deployc.core.events import Event, EventSink
-from deployc.core.digests import file_sha256
 from deployc.plan.build_plan import UnitPlan
-from deployc.build.results import Node, WorkerJob, WorkerResult
 
 MAX_RETRIES = 3  # attempts after the first, for worker processes that die (OOM killer, node loss)
 INSTALL_HINT = ("--executor ray needs Ray, which is not installed: pip install 'deployc[ray]' "
