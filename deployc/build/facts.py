@@ -65,6 +65,22 @@ class TokenParity(Frozen):
     prompts: int
     generated: int  # tokens per prompt
     matched: int  # leading tokens equal to eager's, on the worst prompt
+    identical: int = 0  # prompts whose every generated token is eager's
+
+
+class TextMetrics(Frozen):
+    """A text-generation program on held-out text, every position against eager fp32's logits."""
+
+    file: str  # the held-out text
+    positions: int
+    perplexity: float  # the program's, exp(mean negative log-likelihood of the text's next tokens)
+    reference_perplexity: float  # eager fp32's on the same positions
+    kl: float  # mean KL(eager || program) of the next-token distributions, nats
+    top1: float  # share of positions where both pick the same most likely token
+
+    @property
+    def perplexity_ratio(self) -> float:
+        return self.perplexity / self.reference_perplexity
 
 
 class Measurement(Frozen):
@@ -73,6 +89,7 @@ class Measurement(Frozen):
     points: list[PointMetrics] = []
     summary: Summary | None = None
     tokens: TokenParity | None = None  # text-generation programs
+    text: TextMetrics | None = None  # text-generation programs with a held-out text
     latency_ms: float | None = None  # median of the middle point's forward, on this host
     load_s: float | None = None
 

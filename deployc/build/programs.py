@@ -15,7 +15,7 @@ from deployc.build.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_f
 from deployc.build.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
 from deployc.core.events import Event, EventSink, Say
 from deployc.core.sizes import format_size
-from deployc.graph.metrics import judge
+from deployc.graph.metrics import judge, judge_text
 from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
@@ -72,7 +72,8 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
             step="cache", error="the built program vanished from the cache")})
     facts = ProgramFacts.model_validate_json(entry.file(FACTS_FILE).read_text())
     v = unit.verify
-    tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs, tokens=v.min_tokens)
+    tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs, tokens=v.min_tokens,
+                          max_perplexity_ratio=v.max_perplexity_ratio, max_kl=v.max_kl, min_top1=v.min_top1)
     measured = facts.measurement
     failure = None
     if not v.run:
@@ -85,8 +86,15 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
         if v.min_tokens and (measured.tokens is None or measured.tokens.matched < v.min_tokens):
             got = f"{measured.tokens.matched} of {measured.tokens.generated}" if measured.tokens else "none"
             missed.append(f"greedy tokens equal to eager's: {got} (the first {v.min_tokens} must be)")
+        text = measured.text
+        if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
+            if text is None:
+                missed.append("the held-out text was not measured")
+            else:
+                missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
         verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
-                                    points=measured.points, tokens=measured.tokens, tolerance=tolerance)
+                                    points=measured.points, tokens=measured.tokens, text=text,
+                                    text_reason=unit.export.text_reason, tolerance=tolerance)
         if missed:
             failure = Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
     mismatch = output_problem(unit, facts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TokenParity
+from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TextMetrics, TokenParity
 from deployc.core.errors import Location
 from deployc.core.records import Frozen
 from deployc.plan.build_plan import UnitPlan
@@ -51,6 +51,9 @@ class Tolerance(Frozen):
     min_sqnr_db: float
     max_abs: float | None
     tokens: int = 0  # leading greedy tokens that must equal eager's (text-generation programs)
+    max_perplexity_ratio: float | None = None  # text-generation programs on held-out text
+    max_kl: float | None = None
+    min_top1: float | None = None
 
 
 class Verification(Frozen):
@@ -59,6 +62,8 @@ class Verification(Frozen):
     metrics: Summary | None = None
     points: list[PointMetrics] = []
     tokens: TokenParity | None = None
+    text: TextMetrics | None = None
+    text_reason: str = ""  # why a text-generation program has no text figures
     tolerance: Tolerance
 
 

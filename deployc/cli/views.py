@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from deployc.targets.profile import LoadedProfile, Origin
 
 
+def text_figures(perplexity: float, reference: float, kl: float, top1: float) -> str:
+    """A decoder on held-out text, e.g. `ppl 12.3 (fp32 12.1), KL 0.004, top-1 97%`."""
+    return f"ppl {perplexity:.3g} (fp32 {reference:.3g}), KL {kl:.2g}, top-1 {top1:.0%}"
+
+
+def token_figures(matched: int, generated: int, prompts: int) -> str:
+    """Greedy parity: leading tokens equal to eager's on the worst prompt."""
+    return f"tokens {matched}/{generated}" + (f" on {prompts} prompts" if prompts > 1 else "")
+
+
 def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
                 releases: list[ReleaseStatus]) -> None:
     from deployc.plan.releases import EXPLAIN
@@ -53,6 +63,15 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                           f"{c.get('eos_ids', [])}" if u.load.context else "")
             console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
                            f"(task {u.load.task}): {tensors}{generation}")
+    judged: set[str] = set()
+    for u in build_plan.units():
+        if u.verify.generate and u.model not in judged:
+            judged.add(u.model)
+            t = u.export.text
+            text = (f"on {t.file} in {t.tokenizer}: {len(t.windows)} windows of {len(t.windows[0]) - 1} tokens "
+                    f"(perplexity, KL, top-1 vs eager fp32), greedy parity from {len(t.prompts)} of its prompts"
+                    if t else f"greedy parity from seeded prompts only: {u.export.text_reason}")
+            console.result(f"  {u.model}: verified {text}, {u.verify.generate} tokens each")
     for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
@@ -87,8 +106,10 @@ def render_build(console: Console, report: BuildReport) -> None:
         vtext: str = v.status if v else "-"
         if v and v.metrics:
             vtext += f" (cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB)"
+        if v and v.text:
+            vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
         if v and v.tokens:
-            vtext += f", tokens {v.tokens.matched}/{v.tokens.generated}"
+            vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts)}"
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",
@@ -134,8 +155,10 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
             v = p["verification"]
             measured = f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else ""
             vtext = v["status"] + measured
+            if v.get("text_positions"):
+                vtext += f", {text_figures(v['perplexity'], v['reference_perplexity'], v['kl'], v['top1'])}"
             if v.get("tokens_generated"):
-                vtext += f", tokens {v['tokens_matched']}/{v['tokens_generated']}"
+                vtext += f", {token_figures(v['tokens_matched'], v['tokens_generated'], v.get('tokens_prompts', 0))}"
             for m in p["methods"]:
                 shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
                     str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
@@ -162,12 +185,17 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
     for problem in info["problems"]:
         console.result(f"  {problem}")
     if "self_test" in info:
-        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "tolerance", "why")
+        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text", "tolerance", "why")
         for r in info["self_test"]:
-            s = r["summary"]
+            s, t = r["summary"], r.get("text")
+            tolerance = f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB"
+            if r.get("max_perplexity_ratio"):
+                tolerance += (f", ppl <= {r['max_perplexity_ratio']}x, KL <= {r['max_kl']}, "
+                              f"top-1 >= {r['min_top1']:.0%}")
             table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
                           f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
-                          f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB", r["reason"] or "-")
+                          text_figures(t["perplexity"], t["reference_perplexity"], t["kl"], t["top1"]) if t else "-",
+                          tolerance, r["reason"] or "-")
         console.table(table)
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 SELF_TEST_FILE = "selftest.json"  # beside program.pte in the program cache
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a decoder's held-out text cases carry `target`
 MAX_BYTES = 4 << 20  # cases are kept in order while their tensors fit (at least one): bundles stay small
 DTYPES = {"float32": "<f4", "int64": "<i8", "int32": "<i4", "bool": "|b1"}
 
@@ -33,24 +34,41 @@ def decode_tensor(entry: dict[str, Any]) -> Any:
     return np.frombuffer(raw, dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"]).copy()
 
 
-def write(path: Path, cases: list[tuple[str, dict[str, int], list[Any], list[Any]]]) -> None:
-    """cases: (method, dims, inputs, eager outputs), in the order the build verified them."""
+def _case(method: str, dims: dict[str, int], inputs: list[Any], outputs: list[Any]) -> dict[str, Any]:
+    return {"method": method, "dims": dims, "inputs": [encode_tensor(t) for t in inputs],
+            "expected": [encode_tensor(t) for t in outputs]}
+
+
+def _size(case: dict[str, Any]) -> int:
+    return sum(len(t["data"]) for t in case["inputs"] + case["expected"])
+
+
+def write(path: Path, cases: list[tuple[str, dict[str, int], list[Any], list[Any]]],
+          windows: Sequence[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = ()) -> None:
+    """cases: (method, dims, inputs, eager outputs), in the order the build verified them. windows: a
+    decoder's held-out text, each a run of calls from position 0 with the token each call's logits should
+    predict (`target`): kept whole (a run cut short would not be the program's state), while they fit."""
     kept: list[dict[str, Any]] = []
     total = 0
     for method, dims, inputs, outputs in cases:
-        encoded_in, encoded_out = [encode_tensor(t) for t in inputs], [encode_tensor(t) for t in outputs]
-        case = {"method": method, "dims": dims, "inputs": encoded_in, "expected": encoded_out}
-        size = sum(len(t["data"]) for t in encoded_in + encoded_out)
-        if kept and total + size > MAX_BYTES:
+        case = _case(method, dims, inputs, outputs)
+        if kept and total + _size(case) > MAX_BYTES:
             continue
         kept.append(case)
+        total += _size(case)
+    for window in windows:
+        run = [{**_case(m, d, i, o), "target": int(t)} for m, d, i, o, t in window]
+        size = sum(_size(c) for c in run)
+        if total + size > MAX_BYTES * 2:
+            break
+        kept += run
         total += size
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "cases": kept}, sort_keys=True) + "\n")
 
 
 def read(path: Path) -> list[dict[str, Any]]:
     doc = json.loads(path.read_text())
-    if doc.get("schema_version") != SCHEMA_VERSION:
+    if doc.get("schema_version") not in (1, SCHEMA_VERSION):
         raise ValueError(f"{path.name}: self-test schema version {doc.get('schema_version')} is not "
                          f"{SCHEMA_VERSION}")
     return list(doc["cases"])

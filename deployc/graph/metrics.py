@@ -1,11 +1,12 @@
-"""Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR. Pure."""
+"""Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR; for a decoder
+on held-out text, perplexity, KL divergence and top-1 agreement of its next-token distributions. Pure."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from deployc.build.facts import Metrics, PointMetrics, Summary
+from deployc.build.facts import Metrics, PointMetrics, Summary, TextMetrics
 
 EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
 
@@ -55,4 +56,40 @@ def judge(summary: Summary, min_cosine: float, min_sqnr_db: float, max_abs: floa
         missed.append(f"SQNR {summary.min_sqnr_db:.2f} dB < {min_sqnr_db} dB")
     if max_abs is not None and summary.max_abs > max_abs:
         missed.append(f"max abs error {summary.max_abs:.3g} > {max_abs}")
+    return missed
+
+
+def text_metrics(file: str, positions: list[tuple[Any, Any, int]]) -> TextMetrics:
+    """positions: (eager logits, program logits, the token that came next in the text), one per call."""
+    import numpy as np
+
+    def log_softmax(x: Any) -> Any:
+        x = np.asarray(x, dtype=np.float64).ravel()
+        shifted = x - np.max(x)
+        return shifted - np.log(np.sum(np.exp(shifted)))
+
+    nll = ref_nll = kl = 0.0
+    agree = 0
+    for ref, got, target in positions:
+        lr, lg = log_softmax(ref), log_softmax(got)
+        if not np.all(np.isfinite(lg)):
+            raise ValueError("the program's logits are not finite on the held-out text")
+        nll -= float(lg[target])
+        ref_nll -= float(lr[target])
+        kl += float(np.sum(np.exp(lr) * (lr - lg)))
+        agree += int(np.argmax(lr) == np.argmax(lg))
+    n = max(len(positions), 1)
+    return TextMetrics(file=file, positions=len(positions), perplexity=math.exp(nll / n),
+                       reference_perplexity=math.exp(ref_nll / n), kl=max(kl / n, 0.0), top1=agree / n)
+
+
+def judge_text(text: TextMetrics, max_perplexity_ratio: float, max_kl: float, min_top1: float) -> list[str]:
+    missed = []
+    if text.perplexity_ratio > max_perplexity_ratio:
+        missed.append(f"perplexity {text.perplexity:.3f} is {text.perplexity_ratio:.4f}x eager fp32's "
+                      f"{text.reference_perplexity:.3f} > {max_perplexity_ratio}x")
+    if text.kl > max_kl:
+        missed.append(f"KL {text.kl:.4g} > {max_kl}")
+    if text.top1 < min_top1:
+        missed.append(f"top-1 agreement {text.top1:.1%} < {min_top1:.0%}")
     return missed

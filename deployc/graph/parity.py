@@ -1,6 +1,12 @@
-"""Greedy-token parity for text-generation programs: eager PyTorch generates from fixed prompts, and the
-program is fed the same calls (the prompt, then each token eager chose). Where the program's logits pick
-the same tokens, its own greedy generation is eager's, token for token, for that long."""
+"""The calls a text-generation program is verified with, beyond its verification points.
+
+Greedy parity: eager PyTorch generates from each prompt (the held-out text's, or seeded tokens when the
+model has no tokenizer), and the program is fed the same calls (the prompt, then each token eager
+chose). Where the program's logits pick the same tokens, its own greedy generation is eager's, token
+for token, for that long.
+
+Held-out text: each window is fed one token a call from position 0, as the program decodes, and every
+call's logits are a next-token distribution to compare with eager's (deployc/graph/metrics.py)."""
 
 from __future__ import annotations
 
@@ -11,23 +17,36 @@ import torch
 from deployc.graph.inputs import make_inputs
 from deployc.plan.build_plan import Export
 
-# Prompt lengths, clamped to what the seq dim and the KV cache allow.
+# Seeded prompts' lengths (cycled over the prompts), clamped to what the seq dim and the KV cache allow.
 PROMPT_LENGTHS = (5, 12)
+SEEDED_PROMPTS = 8
+
+Call = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs)
 
 
-def prompt_lengths(export: Export, generate: int, context: int) -> list[int]:
+def _prompts(export: Export, generate: int, context: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if export.text is not None:
+        return [(torch.tensor([p], dtype=torch.int64), torch.arange(len(p), dtype=torch.int64))
+                for p in export.text.prompts]
     seq = next(d for d in export.dims if d.name == "seq")
     top = min(seq.max, context - generate)
-    return sorted({min(max(n, seq.min), top) for n in PROMPT_LENGTHS}) if top >= seq.min else []
+    if top < seq.min:
+        return []
+    out = []
+    for i in range(SEEDED_PROMPTS):
+        length = min(max(PROMPT_LENGTHS[i % len(PROMPT_LENGTHS)], seq.min), top)
+        tokens, positions = make_inputs(export.inputs, {"seq": length}, seed + 101 + i)
+        out.append((tokens, positions))
+    return out
 
 
 def generation_checks(model: Any, export: Export, generate: int, context: int,
-                      seed: int) -> list[tuple[list[tuple[str, dict[str, int], list[Any]]], list[list[Any]]]]:
+                      seed: int) -> list[tuple[list[Call], list[list[Any]]]]:
     """Per prompt: the calls (prefill, then one decode per chosen token) and eager's outputs of each."""
     out = []
-    for i, length in enumerate(prompt_lengths(export, generate, context)):
-        tokens, positions = make_inputs(export.inputs, {"seq": length}, seed + 101 + i)
-        calls: list[tuple[str, dict[str, int], list[Any]]] = [("forward", {"seq": length}, [tokens, positions])]
+    for tokens, positions in _prompts(export, generate, context, seed):
+        length = tokens.shape[-1]
+        calls: list[Call] = [("forward", {"seq": length}, [tokens, positions])]
         refs: list[list[Any]] = []
         with torch.no_grad():
             for step in range(generate):
@@ -38,6 +57,20 @@ def generation_checks(model: Any, export: Export, generate: int, context: int,
                     at = torch.tensor([length + step], dtype=positions.dtype)
                     calls.append(("forward", {"seq": 1}, [chosen, at]))
         out.append((calls, refs))
+    return out
+
+
+def text_checks(model: Any, export: Export) -> list[tuple[list[Call], list[list[Any]], list[int]]]:
+    """Per held-out window: its calls (one token each, from position 0), eager's outputs, and the token
+    each call's logits should predict."""
+    out = []
+    for window in export.text.windows if export.text is not None else []:
+        calls: list[Call] = [("forward", {"seq": 1}, [torch.tensor([[t]], dtype=torch.int64),
+                                                      torch.tensor([i], dtype=torch.int64)])
+                             for i, t in enumerate(window[:-1])]
+        with torch.no_grad():
+            refs = [[model(*inputs).detach().clone()] for _, _, inputs in calls]
+        out.append((calls, refs, window[1:]))
     return out
 
 

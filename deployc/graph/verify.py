@@ -47,15 +47,19 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 
 
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
-           log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None) -> Measurement:
-    """`sequences`: per fixed prompt, the indexes of the checks that generate from it (text-generation
-    programs); they are compared by the tokens they choose, the other checks by the metrics."""
+           log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None,
+           texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "") -> Measurement:
+    """`sequences`: per prompt, the indexes of the checks that generate from it (text-generation
+    programs); they are compared by the tokens they choose. `texts`: per held-out window, the indexes of
+    its checks and the token each should predict; compared as next-token distributions. The other checks
+    by the metrics."""
     import torch
 
+    from deployc.graph.metrics import text_metrics
     from deployc.graph.parity import leading_matches
 
-    sequences = sequences or []
-    generating = {i for s in sequences for i in s}
+    sequences, texts = sequences or [], texts or []
+    generating = {i for s in sequences for i in s} | {i for window, _ in texts for i in window}
     forward = [i for i, (method, _, _) in enumerate(checks) if method == "forward" and i not in generating]
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
@@ -89,7 +93,15 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
     tokens = None
     if sequences:
-        matched = min(leading_matches([references[i] for i in s], [result["outputs"][i] for i in s]) for s in sequences)
-        tokens = TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=matched)
-    return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens,
+        leading = [leading_matches([references[i] for i in s], [result["outputs"][i] for i in s]) for s in sequences]
+        tokens = TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=min(leading),
+                             identical=sum(n == len(s) for n, s in zip(leading, sequences)))
+    text = None
+    if texts:
+        try:
+            text = text_metrics(text_file, [(references[i][0], result["outputs"][i][0], target)
+                                            for window, targets in texts for i, target in zip(window, targets)])
+        except ValueError as exc:
+            return Measurement(status="error", reason=str(exc))
+    return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens, text=text,
                        latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))

@@ -185,17 +185,24 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                     raise
                 at("export")  # what torch.export makes of the declared dims says why
                 raise _failing_point(model, export, point, exc) from exc
-    self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE,
-                    [(name, point, inp, ref) for (name, point, inp), ref in zip(checks, references)])
+    points = [(name, point, inp, ref) for (name, point, inp), ref in zip(checks, references)]
     sequences: list[list[int]] = []
+    texts: list[tuple[list[int], list[int]]] = []
+    windows: list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = []
     if unit.verify.generate:
-        from deployc.graph.parity import generation_checks
+        from deployc.graph.parity import generation_checks, text_checks
 
         context = int(unit.lower.constants.get("max_seq_len", 0))
         for calls, refs in generation_checks(model, export, unit.verify.generate, context, export.seed):
             sequences.append(list(range(len(checks), len(checks) + len(calls))))
             checks += calls
             references += refs
+        for calls, refs, targets in text_checks(model, export):
+            texts.append((list(range(len(checks), len(checks) + len(calls))), targets))
+            windows.append([(m, p, inp, ref, t) for (m, p, inp), ref, t in zip(calls, refs, targets)])
+            checks += calls
+            references += refs
+    self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows)
     lap("load")
     outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
                for name, _, _ in signatures}
@@ -253,7 +260,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     if verifier is not None:
         at("verify")
-        measurement = verify(pte, checks, references, verifier, log, sequences, data)
+        measurement = verify(pte, checks, references, verifier, log, sequences, data, texts,
+                             export.text.file if export.text else "")
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)

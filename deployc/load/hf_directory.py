@@ -250,6 +250,23 @@ def _generation(model: HfModel) -> dict[str, Any]:
             "constants": constants}
 
 
+def tokenizer_size(path: Path) -> int | None:
+    """How many ids a tokenizer.json hands out (its vocabulary and added tokens: the highest id + 1), read
+    as JSON; None when it cannot be read (the tokenizer's own loading says why)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    vocab = (doc.get("model") or {}).get("vocab") if isinstance(doc, dict) else None
+    ids: list[int] = []
+    if isinstance(vocab, dict):
+        ids = [v for v in vocab.values() if isinstance(v, int)]
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids by position
+        ids = [len(vocab) - 1] if vocab else []
+    ids += [t["id"] for t in doc.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)]
+    return max(ids) + 1 if ids else None
+
+
 def tokenizer_file(folder: Path) -> Path | None:
     f = folder / "tokenizer.json"
     return f if f.is_file() else None

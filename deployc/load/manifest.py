@@ -122,8 +122,8 @@ class QuantSpec(Frozen):
 Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
 
 
-# Greedy tokens generated from each fixed prompt when a text-generation program is verified.
-GENERATION_TOKENS = 8
+# Greedy tokens generated from each prompt when a text-generation program is verified.
+GENERATION_TOKENS = 32
 
 
 class VerifySpec(Frozen):
@@ -132,8 +132,21 @@ class VerifySpec(Frozen):
     max_abs: Annotated[float, Field(ge=0.0)] | None = None
     tokens: Annotated[int, Field(ge=0, le=GENERATION_TOKENS)] | None = Field(
         default=None, description="text-generation models: how many leading greedy tokens must equal eager "
-                                  f"PyTorch's on the fixed prompts (0-{GENERATION_TOKENS}; {GENERATION_TOKENS} are "
+                                  f"PyTorch's on every prompt (0-{GENERATION_TOKENS}; {GENERATION_TOKENS} are "
                                   "always measured and reported; default 0 requires none)")
+    text: str | None = Field(default=None, description="text-generation models: a UTF-8 text file, relative to the "
+                                                       "manifest, held out from training, that the program's "
+                                                       "perplexity, KL and top-1 agreement are measured on "
+                                                       "(default: deployc's own sample)")
+    max_perplexity_ratio: Annotated[float, Field(ge=1.0)] | None = Field(
+        default=None, description="text-generation models: the program's perplexity on the held-out text over eager "
+                                  "fp32's, at most (default per scheme)")
+    max_kl: Annotated[float, Field(ge=0.0)] | None = Field(
+        default=None, description="text-generation models: mean KL divergence (nats) of the program's next-token "
+                                  "distribution from eager fp32's, at most (default per scheme)")
+    min_top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="text-generation models: share of positions where the program's most likely next "
+                                  "token is eager fp32's, at least (default per scheme)")
     enabled: bool = True
 
 
@@ -248,9 +261,11 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
         verify_places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
                                                                 for t, o in model.overrides.items()]
         for path, v in verify_places:
-            if v is not None and v.tokens and model.task != "text-generation":
-                err((*path, "tokens"), f"{'.'.join(map(str, path))}.tokens: token parity applies to text-generation "
-                    f"models; models.{name} has task {model.task}")
+            for field in ("tokens", "text", "max_perplexity_ratio", "max_kl", "min_top1"):
+                if v is not None and getattr(v, field) and model.task != "text-generation":
+                    what = "token parity applies" if field == "tokens" else "held-out text checks apply"
+                    err((*path, field), f"{'.'.join(map(str, path))}.{field}: {what} to text-generation models; "
+                        f"models.{name} has task {model.task}")
         used: set[str] = set()
         signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
                                                       for meth, spec in model.methods.items()]

@@ -17,7 +17,7 @@ from deployc.core.yaml_io import Document
 from deployc.pipeline.ops import op_of
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.load.manifest import Manifest, ModelSpec, VerifySpec
 
 MAX_NAME_BYTES = 255  # what Linux, macOS and Windows file systems take for one name
 MAX_PATH_BYTES = 1024  # well under PATH_MAX (4096): a manifest's relative path anywhere near it is a mistake
@@ -64,6 +64,9 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
         for path, q in places:
             if q is not None and q.calibration is not None and q.calibration.dataset is not None:
                 out.append(((*path, "calibration", "dataset"), q.calibration.dataset, None))
+        for where, v in verify_places(name, model):
+            if v.text is not None:
+                out.append(((*where, "text"), v.text, FOLDER))
     p = m.pipeline
     if p is not None:
         for name, tokenizer in p.tokenizers.items():
@@ -80,6 +83,12 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
                 if value is not None:
                     out.append((("pipeline", "stages", i, field), value, None))
     return out
+
+
+def verify_places(name: str, model: ModelSpec) -> list[tuple[tuple[str, ...], VerifySpec]]:
+    out = [(("models", name, "verify"), model.verify)]
+    return out + [(("models", name, "overrides", t, "verify"), o.verify) for t, o in model.overrides.items()
+                  if o.verify is not None]
 
 
 def check_paths(m: Manifest, doc: Document) -> list[Diagnostic]:

@@ -20,7 +20,7 @@ from deployc.load.manifest import (
     parse_manifest,
 )
 from deployc.load.model_sources import find_module_file, module_roots
-from deployc.load.paths import check_paths
+from deployc.load.paths import check_paths, verify_places
 from deployc.pipeline.checks import check_pipeline
 from deployc.targets.profile import LoadedProfile, load_profile, search_path
 
@@ -54,11 +54,30 @@ def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]
                 path = ("models", name, *q_path, "calibration", "dataset")
                 out.append(Diagnostic(doc.locate(path), f"{'.'.join(map(str, path))}: no file {data} inside the "
                                                         "manifest's folder"))
+        for path, v in verify_places(name, model):
+            if v.text is not None:
+                problem = _text_problem(folder / v.text)
+                if problem:
+                    out.append(Diagnostic(doc.locate((*path, "text")), f"{'.'.join(path)}.text: {v.text} {problem}",
+                                          "name a UTF-8 text file held out from the model's training"))
         ckpt = model.source.checkpoint
         if ckpt is not None and not (folder / ckpt.path).is_file():
             out.append(Diagnostic(doc.locate(("models", name, "source", "checkpoint", "path")),
                                   f"models.{name}.source.checkpoint.path: no file {ckpt.path} next to the manifest"))
     return out
+
+
+def _text_problem(path: Path) -> str | None:
+    """Why a held-out text cannot be measured on; its length in tokens is the plan's to check."""
+    if not path.is_file():
+        return "is not a file next to the manifest"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 (byte {exc.start}: {exc.reason})"
+    if not text.strip():
+        return "is empty"
+    return None
 
 
 def _check_pins(m: Manifest, doc: Document, profiles: dict[str, LoadedProfile]) -> list[Diagnostic]:
@@ -136,6 +155,13 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
             if constants != spec.constants:
                 update["constants"] = constants
             problems.extend(_beyond_context(name, spec, constants["max_seq_len"], doc))
+            tokenizer = hf_directory.tokenizer_file(folder / where)
+            size = hf_directory.tokenizer_size(tokenizer) if tokenizer is not None else None
+            vocab = constants.get("vocab_size")
+            if size is not None and isinstance(vocab, int) and size > vocab:
+                problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {where}/tokenizer.json gives "
+                                           f"{size} token ids but config.json's vocab_size is {vocab}: the tokenizer "
+                                           "is not this model's", "save the tokenizer the model was trained with"))
         if update:
             models[name] = spec.model_copy(update=update)
             derived[name] = tuple(sorted(update))

@@ -63,7 +63,20 @@ def _verification(v: Verification) -> dict[str, Any]:
             "tolerance_min_cosine": v.tolerance.min_cosine,
             "tolerance_min_sqnr_db": v.tolerance.min_sqnr_db,
             "tokens_generated": v.tokens.generated if v.tokens else 0,
-            "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens}
+            "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens,
+            "tokens_prompts": v.tokens.prompts if v.tokens else 0,
+            **_text(v)}
+
+
+def _text(v: Verification) -> dict[str, Any]:
+    """A decoder's held-out text figures, rounded like the others; tolerances 0 when none applies."""
+    t, tol = v.text, v.tolerance
+    return {"text_positions": t.positions if t else 0,
+            "perplexity": float(f"{t.perplexity:.4g}") if t else 0.0,
+            "reference_perplexity": float(f"{t.reference_perplexity:.4g}") if t else 0.0,
+            "kl": float(f"{t.kl:.3g}") if t else 0.0, "top1": round(t.top1, 4) if t else 0.0,
+            "tolerance_max_perplexity_ratio": tol.max_perplexity_ratio or 0.0,
+            "tolerance_max_kl": tol.max_kl or 0.0, "tolerance_min_top1": tol.min_top1 or 0.0}
 
 
 def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, int] | None) -> dict[str, Any]:

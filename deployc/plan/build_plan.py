@@ -89,6 +89,17 @@ class MethodPlan(Frozen):
     inputs: list[InputPlan]
 
 
+class HeldOutText(Frozen):
+    """The text a text-generation program is judged on, tokenized at plan time: its ids decide the
+    verification's calls, so they are part of the program's key (a new text measures again)."""
+
+    file: str  # relative to the manifest, or deployc's default sample
+    sha256: str
+    tokenizer: str  # where the ids come from, in words
+    windows: list[list[int]]  # fed one token a call from position 0; each call's logits predict the next id
+    prompts: list[list[int]]  # greedy parity: eager generates from each, the program is fed the same calls
+
+
 class Export(Frozen):
     step: Literal["export"] = "export"
     key: str = ""
@@ -96,6 +107,9 @@ class Export(Frozen):
     dims: list[DimPlan]
     seed: int
     methods: list[MethodPlan] = []  # further methods of the same program
+    # Text-generation programs with the decoder interface: the verification's text, or why there is none.
+    text: HeldOutText | None = None
+    text_reason: str = ""
 
 
 class Quantize(Frozen):
@@ -134,6 +148,12 @@ class Verify(Frozen):
     max_abs: float | None
     generate: int = 0  # greedy tokens per fixed prompt compared with eager (text-generation programs); 0: none
     min_tokens: int = 0  # of them, how many leading ones must match
+    # Text-generation programs judged on held-out text (Export.text): the program's perplexity over
+    # eager fp32's, the mean KL divergence of its next-token distribution from eager's, the share of
+    # positions where both pick the same most likely token.
+    max_perplexity_ratio: float | None = None
+    max_kl: float | None = None
+    min_top1: float | None = None
 
 
 class CheckBudget(Frozen):

@@ -27,6 +27,7 @@ from deployc.load.project import Project
 from deployc.pipeline.asset_sources import corpus_files, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
+from deployc.plan import heldout
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     STEP_ORDER,
@@ -37,6 +38,7 @@ from deployc.plan.build_plan import (
     DimPlan,
     Export,
     HashedFile,
+    HeldOutText,
     IndexAssetPlan,
     InputPlan,
     LoadModel,
@@ -72,6 +74,7 @@ class _Inputs:
         self.files: dict[str, HashedFile] = {}
         self.hashes = hashes
         self.sources: dict[str, tuple[list[SourceFile], dict[str, str]]] = {}  # factory module -> files, packages
+        self.texts: dict[tuple[str, str], list[int]] = {}  # (held-out text, tokenizer) -> ids
 
     def add(self, path: Path, role: str, sha256: str | None = None) -> str:
         key = str(path.resolve())
@@ -225,20 +228,24 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                    for f in hf_directory.read(directory).files()]
         loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
         packages = imported_versions(loaders)
+    generate = _generated_tokens(spec, dims)
+    text, text_reason = _held_out(project, r, dims, generate, inputs)
     steps: list[Any] = [
         LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
                   derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
                   checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
                   seed=spec.seed, sources=sources, packages=packages, context=_context(spec)),
-        Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods),
+        Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods, text=text,
+               text_reason=text_reason),
         Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
               constants=spec.constants, code=toolchain.code[unit.backend],
               toolchain=toolchain.backends[unit.backend].facts),
         Serialize(external_weights=spec.weights == "external"),
         Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
-               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=_generated_tokens(spec, dims),
-               min_tokens=tol.tokens or 0),
+               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0,
+               **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
+                  if text is not None else {})),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
         Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
                 data_file=layout.program_data_file(r.model) if spec.weights == "external" else "",
@@ -268,9 +275,49 @@ def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
     call may take one token (decoding)."""
     seq = next((d for d in dims if d.name == "seq"), None)
     if (spec.task == "text-generation" and list(spec.inputs) == ["tokens", "input_pos"] and not spec.methods
-            and seq is not None and seq.min == 1 and "max_seq_len" in spec.constants):
-        return GENERATION_TOKENS
+            and seq is not None and seq.min == 1 and isinstance(context := spec.constants.get("max_seq_len"), int)):
+        return max(0, min(GENERATION_TOKENS, context - 1))
     return 0
+
+
+def _held_out(project: Project, r: ResolvedModel, dims: list[DimPlan], generate: int,
+              inputs: _Inputs) -> tuple[HeldOutText | None, str]:
+    """The held-out text of a decoder (its ids and where they come from), or why it has none."""
+    if not generate:
+        return None, ""
+    tokenizer = heldout.model_tokenizer(project, r.model)
+    if tokenizer.path is None:
+        return None, tokenizer.described
+    given = r.tolerances.text
+    file = project.folder / given if given else heldout.DEFAULT_SAMPLE
+    sha = inputs.add(file, "held-out text")
+    inputs.add(tokenizer.path, "tokenizer")
+    memo = (str(file), str(tokenizer.path))
+    if memo not in inputs.texts:
+        inputs.texts[memo] = heldout.text_ids(file, tokenizer.path)
+    ids = inputs.texts[memo]
+    spec = r.spec
+    context = spec.constants["max_seq_len"]
+    assert isinstance(context, int), context  # _generated_tokens is 0 otherwise
+    doc, base = project.doc, ("models", r.model)
+    overridden = ((doc.data["models"][r.model].get("overrides") or {}).get(r.target) or {}).get("verify") or {}
+    path = (*base, "overrides", r.target, "verify", "text") if "text" in overridden else (*base, "verify", "text")
+    named = given or heldout.SAMPLE_NAME
+    if len(ids) < heldout.needed(context):
+        raise PlanError([Diagnostic(doc.locate(path if given else base),
+                                    f"{'.'.join(path)}: {named} gives {len(ids)} tokens with {tokenizer.described}; "
+                                    f"verifying a decoder takes at least {heldout.needed(context)} "
+                                    f"({heldout.WINDOWS} windows of {heldout.window_length(context)} and the next "
+                                    "token)", "use a longer held-out text")])
+    vocab = spec.constants.get("vocab_size")
+    if isinstance(vocab, int) and max(ids) >= vocab:
+        raise PlanError([Diagnostic(doc.locate(base), f"models.{r.model}: {tokenizer.described} gives token id "
+                                    f"{max(ids)} for {named}, beyond the model's vocab_size {vocab}: the tokenizer is "
+                                    "not this model's", "use the tokenizer the model was trained with")])
+    seq = next(d for d in dims if d.name == "seq")
+    bos = spec.constants.get("bos_id")
+    return heldout.held_out(ids, bos if isinstance(bos, int) else None, context, seq.max, generate,
+                            given or heldout.SAMPLE_NAME, sha, tokenizer.described), ""
 
 
 def _context(spec: ModelSpec) -> int | None:

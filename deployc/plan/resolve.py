@@ -22,6 +22,10 @@ class Tolerances:
     max_abs: float | None
     tokens: int | None
     enabled: bool
+    max_perplexity_ratio: float
+    max_kl: float
+    min_top1: float
+    text: str | None  # the held-out text, relative to the manifest
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,8 @@ class ResolvedModel:
 def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
     """The scheme's defaults, then each layer's fields that the manifest sets (the target's last)."""
     s = SCHEMES[scheme]
-    t = Tolerances(min_cosine=s.min_cosine, min_sqnr_db=s.min_sqnr_db, max_abs=None, tokens=None, enabled=True)
+    t = Tolerances(min_cosine=s.min_cosine, min_sqnr_db=s.min_sqnr_db, max_abs=None, tokens=None, enabled=True,
+                   max_perplexity_ratio=s.max_perplexity_ratio, max_kl=s.max_kl, min_top1=s.min_top1, text=None)
     for layer in layers:
         if layer is not None:
             t = dataclasses.replace(t, **{k: getattr(layer, k) for k in layer.model_fields_set})

@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, Summary
+from deployc.build.facts import PointMetrics, Summary, TextMetrics
 from deployc.core import self_test_vectors
 from deployc.core.errors import RunError
 from deployc.core.layout import RUNTIME_JSON
 from deployc.core.records import Frozen
-from deployc.graph.metrics import compare, judge, summarize
+from deployc.graph.metrics import compare, judge, judge_text, summarize, text_metrics
 from deployc.targets.backends import BACKENDS
 
 
@@ -25,8 +25,12 @@ class SelfTestResult(Frozen):
     reason: str = ""
     cases: int = 0
     summary: Summary | None = None
+    text: TextMetrics | None = None  # a decoder's held-out text cases (those with a `target`)
     min_cosine: float = 0.0  # the tolerances applied
     min_sqnr_db: float = 0.0
+    max_perplexity_ratio: float = 0.0  # 0: no text tolerance
+    max_kl: float = 0.0
+    min_top1: float = 0.0
 
 
 def run_self_test(folder: Path) -> list[SelfTestResult]:
@@ -40,7 +44,9 @@ def run_self_test(folder: Path) -> list[SelfTestResult]:
         v = p["verification"]
         base = SelfTestResult(program=p["name"], backend=p["backend"], status="not-run",
                               min_cosine=v.get("tolerance_min_cosine", 0.0),
-                              min_sqnr_db=v.get("tolerance_min_sqnr_db", 0.0))
+                              min_sqnr_db=v.get("tolerance_min_sqnr_db", 0.0),
+                              max_perplexity_ratio=v.get("tolerance_max_perplexity_ratio", 0.0),
+                              max_kl=v.get("tolerance_max_kl", 0.0), min_top1=v.get("tolerance_min_top1", 0.0))
         file = vectors.get(f"{p['name']}.self_test")
         here = BACKENDS[p["backend"]].runs_here(os.environ) if p["backend"] in BACKENDS else None
         if file is None:
@@ -55,6 +61,7 @@ def run_self_test(folder: Path) -> list[SelfTestResult]:
 
 def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> SelfTestResult:
     points = []
+    positions = []  # held-out text: (eager logits, the program's, the next token)
     for case in cases:
         inputs = [self_test_vectors.decode_tensor(t) for t in case["inputs"]]
         try:
@@ -65,9 +72,20 @@ def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> Se
         if len(outputs) != len(expected):
             return base.model_copy(update={"status": "failed", "cases": len(cases),
                                            "reason": f"{len(outputs)} outputs, the vectors hold {len(expected)}"})
+        if "target" in case:
+            positions.append((expected[0], outputs[0], int(case["target"])))
+            continue
         points.append(PointMetrics(method=case["method"], dims=case["dims"],
                                    outputs=[compare(e, o) for e, o in zip(expected, outputs)]))
     summary = summarize(points)
     missed = judge(summary, base.min_cosine, base.min_sqnr_db, None)
+    text = None
+    if positions:
+        try:
+            text = text_metrics("self-test", positions)
+        except ValueError as exc:
+            missed.append(str(exc))
+        if text is not None and base.max_perplexity_ratio:
+            missed += judge_text(text, base.max_perplexity_ratio, base.max_kl, base.min_top1)
     return base.model_copy(update={"status": "failed" if missed else "passed", "reason": "; ".join(missed),
-                                   "cases": len(cases), "summary": summary})
+                                   "cases": len(cases), "summary": summary, "text": text})

@@ -34,6 +34,8 @@ struct ProgramSpec {
   uint64_t size_bytes = 0;
   int threads = 0, warmup = 0;
   double tolerance_min_cosine = 0, tolerance_min_sqnr_db = 0;  // what the build verified against eager
+  // A decoder on held-out text (0: no tolerance): perplexity over eager's, mean KL, top-1 agreement.
+  double tolerance_max_perplexity_ratio = 0, tolerance_max_kl = 0, tolerance_min_top1 = 0;
   std::vector<MethodSpec> methods;
   const MethodSpec* method(const std::string& n) const {
     for (const auto& m : methods) if (m.name == n) return &m;

@@ -66,6 +66,9 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
       if (p->verification()) {
         spec.tolerance_min_cosine = p->verification()->tolerance_min_cosine();
         spec.tolerance_min_sqnr_db = p->verification()->tolerance_min_sqnr_db();
+        spec.tolerance_max_perplexity_ratio = p->verification()->tolerance_max_perplexity_ratio();
+        spec.tolerance_max_kl = p->verification()->tolerance_max_kl();
+        spec.tolerance_min_top1 = p->verification()->tolerance_min_top1();
       }
       if (p->methods())
         for (const auto* m : *p->methods())

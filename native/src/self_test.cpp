@@ -70,6 +70,39 @@ Metrics compare(const Array& ref, const Array& out) {
   if (!std::isfinite(m.max_abs)) m.max_abs = std::numeric_limits<double>::max();
   return m;
 }
+// A decoder on held-out text: the same formulas as deployc/graph/metrics.py's text_metrics().
+struct TextMetrics {
+  int positions = 0;
+  double nll = 0, ref_nll = 0, kl = 0;
+  int agree = 0;
+  void add(const Array& ref, const Array& out, int64_t target) {
+    size_t n = ref.numel();
+    std::vector<double> lr(n), lg(n);
+    auto log_softmax = [n](const Array& a, std::vector<double>& l) {
+      double top = -std::numeric_limits<double>::infinity();
+      for (size_t i = 0; i < n; ++i) top = std::max(top, value(a, i));
+      double sum = 0;
+      for (size_t i = 0; i < n; ++i) sum += std::exp(value(a, i) - top);
+      for (size_t i = 0; i < n; ++i) l[i] = value(a, i) - top - std::log(sum);
+    };
+    log_softmax(ref, lr);
+    log_softmax(out, lg);
+    size_t best_r = 0, best_g = 0;
+    for (size_t i = 0; i < n; ++i) {
+      kl += std::exp(lr[i]) * (lr[i] - lg[i]);
+      if (lr[i] > lr[best_r]) best_r = i;
+      if (lg[i] > lg[best_g]) best_g = i;
+    }
+    nll -= lg[static_cast<size_t>(target)];
+    ref_nll -= lr[static_cast<size_t>(target)];
+    agree += best_r == best_g;
+    ++positions;
+  }
+  double perplexity() const { return std::exp(nll / positions); }
+  double reference_perplexity() const { return std::exp(ref_nll / positions); }
+  double mean_kl() const { return std::max(kl / positions, 0.0); }
+  double top1() const { return static_cast<double>(agree) / positions; }
+};
 }  // namespace
 
 Failure self_test(Bundle& bundle, json& result) {
@@ -92,9 +125,11 @@ Failure self_test(Bundle& bundle, json& result) {
     } else {
       std::ifstream in(bundle.dir() + "/" + vectors->file);
       json doc = json::parse(in, nullptr, false);
-      if (doc.is_discarded() || doc.value("schema_version", 0) != 1 || !doc.contains("cases"))
+      int version = doc.is_discarded() ? 0 : doc.value("schema_version", 0);
+      if (doc.is_discarded() || (version != 1 && version != 2) || !doc.contains("cases"))
         return {2, "self-test: " + vectors->file + " is unreadable or of an unknown schema version"};
       Metrics worst{0, 1, kExactSqnrDb};
+      TextMetrics text;
       std::string failure;
       bool not_run = false;
       for (const auto& c : doc.at("cases")) {
@@ -120,6 +155,17 @@ Failure self_test(Bundle& bundle, json& result) {
         if (outputs.size() != expected.size()) {
           failure = std::to_string(outputs.size()) + " outputs, the vectors hold " + std::to_string(expected.size());
           break;
+        }
+        if (c.contains("target")) {  // held-out text: judged as a next-token distribution
+          int64_t target = c.at("target").get<int64_t>();
+          if (outputs.empty() || outputs[0].numel() != expected[0].numel() || target < 0 ||
+              static_cast<size_t>(target) >= expected[0].numel()) {
+            failure = "a held-out text case does not fit the program's logits";
+            break;
+          }
+          text.add(expected[0], outputs[0], target);
+          row["cases"] = row["cases"].get<int>() + 1;
+          continue;
         }
         for (size_t i = 0; i < outputs.size(); ++i) {
           if (outputs[i].numel() != expected[i].numel()) {
@@ -150,6 +196,23 @@ Failure self_test(Bundle& bundle, json& result) {
         if (worst.sqnr_db < p.tolerance_min_sqnr_db)
           missed += (missed.empty() ? "" : "; ") + std::string("SQNR ") + std::to_string(worst.sqnr_db) + " dB < " +
                     std::to_string(p.tolerance_min_sqnr_db) + " dB";
+        if (text.positions > 0) {
+          row["text"] = {{"positions", text.positions}, {"perplexity", text.perplexity()},
+                         {"reference_perplexity", text.reference_perplexity()}, {"kl", text.mean_kl()},
+                         {"top1", text.top1()}};
+          auto add = [&missed](const std::string& m) { missed += (missed.empty() ? "" : "; ") + m; };
+          if (!std::isfinite(text.perplexity())) add("the program's logits are not finite on the held-out text");
+          if (p.tolerance_max_perplexity_ratio > 0) {
+            double ratio = text.perplexity() / text.reference_perplexity();
+            if (ratio > p.tolerance_max_perplexity_ratio)
+              add("perplexity " + std::to_string(ratio) + "x eager fp32's > " +
+                  std::to_string(p.tolerance_max_perplexity_ratio) + "x");
+            if (text.mean_kl() > p.tolerance_max_kl)
+              add("KL " + std::to_string(text.mean_kl()) + " > " + std::to_string(p.tolerance_max_kl));
+            if (text.top1() < p.tolerance_min_top1)
+              add("top-1 agreement " + std::to_string(text.top1()) + " < " + std::to_string(p.tolerance_min_top1));
+          }
+        }
         row["status"] = missed.empty() ? "passed" : "failed";
         row["reason"] = missed;
       }

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def pad_id(tk: Any) -> int:
 def encode(tk: Any, text: str, pad_to: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(input_ids [1, n], attention_mask [1, n]) as int64. With `pad_to`, n is exactly that: the ids
     padded with the tokenizer's pad id and masked out (for programs with a static length, e.g. on an NPU)."""
+    import numpy as np  # here: the planner tokenizes held-out text without numpy
+
     enc = tk.encode(text)
     ids, mask = list(enc.ids), list(enc.attention_mask)
     if pad_to:
