@@ -67,10 +67,10 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
     for u in build_plan.units():
         if u.verify.generate and u.model not in judged:
             judged.add(u.model)
-            t = u.export.text
-            text = (f"on {t.file} in {t.tokenizer}: {len(t.windows)} windows of {len(t.windows[0]) - 1} tokens "
-                    f"(perplexity, KL, top-1 vs eager fp32), greedy parity from {len(t.prompts)} of its prompts"
-                    if t else f"greedy parity from seeded prompts only: {u.export.text_reason}")
+            held = u.export.text
+            text = (f"on {held.file} in {held.tokenizer}: {len(held.windows)} windows of {len(held.windows[0]) - 1} "
+                    f"tokens (perplexity, KL, top-1 vs eager fp32), greedy parity from {len(held.prompts)} of its "
+                    "prompts" if held else f"greedy parity from seeded prompts only: {u.export.text_reason}")
             console.result(f"  {u.model}: verified {text}, {u.verify.generate} tokens each")
     for u in build_plan.units():
         budget = u.budget

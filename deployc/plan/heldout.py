@@ -76,14 +76,13 @@ def held_out(ids: list[int], bos: int | None, context: int, seq_max: int, genera
     """`ids` has at least needed(context) tokens (the caller says where it has not)."""
     length = window_length(context)
     windows = []
-    for w in range(WINDOWS):
-        body = ids[w * length: (w + 1) * length + 1]
-        windows.append([bos, *body[1:]] if bos is not None else body)
+    for w in range(WINDOWS):  # the model's bos first, as generation starts; it predicts the first text token
+        start = w * length
+        windows.append([bos, *ids[start: start + length]] if bos is not None else ids[start: start + length + 1])
     p = prompt_length(context, seq_max, generate)
     room = max(len(ids) - p, 0)
     prompts = []
     for j in range(PROMPTS):
         start = j * room // PROMPTS
-        body = ids[start: start + p]
-        prompts.append([bos, *body[1:]] if bos is not None else body)
+        prompts.append([bos, *ids[start: start + p - 1]] if bos is not None else ids[start: start + p])
     return HeldOutText(file=file, sha256=sha256, tokenizer=tokenizer, windows=windows, prompts=prompts)
