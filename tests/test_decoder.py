@@ -243,7 +243,7 @@ def test_a_quantized_decoder_reports_its_token_parity(gen: Built) -> None:
     assert u["verification"]["tolerance"]["tokens"] == 0
     text, tolerance = u["verification"]["text"], u["verification"]["tolerance"]
     assert text["positions"] == 4 * 48 and text["kl"] > 0 and 0 <= text["top1"] <= 1
-    assert (tolerance["max_perplexity_ratio"], tolerance["max_kl"], tolerance["min_top1"]) == (1.10, 0.08, 0.85)
+    assert (tolerance["max_perplexity_ratio"], tolerance["max_kl"], tolerance["min_top1"]) == (1.10, 0.08, 0.80)
 
 
 @pytest.mark.slow

@@ -91,7 +91,7 @@ def test_plan_sees_a_corpus_edit_that_keeps_size_and_mtime(tmp_path: Path) -> No
     cache = tmp_path / "cache"
     time.sleep(2.1)  # older than RACY_NS: the next plan may trust its record
     before = _index_key(folder, cache)
-    assert len(list((cache / "hashes").rglob("*.json"))) == 1  # under --cache-dir ...
+    assert len(list((cache / "hashes").rglob("*.json"))) == 2  # the corpus and the decoder's weights, under --cache-dir ...
     assert not (folder / "home").exists()  # ... and nowhere else
     assert _index_key(folder, cache) == before
     st = big.stat()

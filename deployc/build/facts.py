@@ -90,6 +90,7 @@ class Measurement(Frozen):
     summary: Summary | None = None
     tokens: TokenParity | None = None  # text-generation programs
     text: TextMetrics | None = None  # text-generation programs with a held-out text
+    self_test_text: TextMetrics | None = None  # the same over the positions the self-test vectors carry
     latency_ms: float | None = None  # median of the middle point's forward, on this host
     load_s: float | None = None
 

@@ -92,6 +92,11 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
                 missed.append("the held-out text was not measured")
             else:
                 missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
+            # A device's self-test judges the positions it carries with the same tolerances: they hold here too.
+            shipped = measured.self_test_text
+            if shipped is not None and not missed:
+                missed += [f"on the {shipped.positions} positions of the self-test vectors, {m}"
+                           for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
         verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
                                     points=measured.points, tokens=measured.tokens, text=text,
                                     text_reason=unit.export.text_reason, tolerance=tolerance)

@@ -24,9 +24,12 @@ def text_figures(perplexity: float, reference: float, kl: float, top1: float) ->
     return f"ppl {perplexity:.3g} (fp32 {reference:.3g}), KL {kl:.2g}, top-1 {top1:.0%}"
 
 
-def token_figures(matched: int, generated: int, prompts: int) -> str:
-    """Greedy parity: leading tokens equal to eager's on the worst prompt."""
-    return f"tokens {matched}/{generated}" + (f" on {prompts} prompts" if prompts > 1 else "")
+def token_figures(matched: int, generated: int, prompts: int, identical: int) -> str:
+    """Greedy parity, e.g. `tokens 32/32 on 5 of 8 prompts (worst 3)`: prompts whose every generated token
+    is eager's, and the leading tokens that are on the worst prompt."""
+    if prompts <= 1 or identical == prompts:
+        return f"tokens {matched}/{generated}" + (f" on {prompts} prompts" if prompts > 1 else "")
+    return f"tokens {generated}/{generated} on {identical} of {prompts} prompts (worst {matched})"
 
 
 def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
@@ -109,7 +112,7 @@ def render_build(console: Console, report: BuildReport) -> None:
         if v and v.text:
             vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
         if v and v.tokens:
-            vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts)}"
+            vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",
@@ -158,7 +161,8 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
             if v.get("text_positions"):
                 vtext += f", {text_figures(v['perplexity'], v['reference_perplexity'], v['kl'], v['top1'])}"
             if v.get("tokens_generated"):
-                vtext += f", {token_figures(v['tokens_matched'], v['tokens_generated'], v.get('tokens_prompts', 0))}"
+                vtext += ", " + token_figures(v["tokens_matched"], v["tokens_generated"], v.get("tokens_prompts", 0),
+                                              v.get("tokens_identical", 0))
             for m in p["methods"]:
                 shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
                     str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"

@@ -29,13 +29,13 @@ SCHEMES: dict[str, Scheme] = {
     for s in (
         Scheme("fp32", 32, False, False, 0.9999, 60.0, 1.001, 0.001, 0.99),
         Scheme("fp16", 16, False, False, 0.999, 35.0, 1.01, 0.005, 0.97),
-        Scheme("8w", 8, False, False, 0.995, 25.0, 1.02, 0.01, 0.95),
-        Scheme("4w", 4, True, False, 0.98, 12.0, 1.10, 0.08, 0.85),
+        Scheme("8w", 8, False, False, 0.995, 25.0, 1.03, 0.02, 0.93),
+        Scheme("4w", 4, True, False, 0.98, 12.0, 1.10, 0.08, 0.80),
         Scheme("8da8w", 8, False, False, 0.99, 20.0, 1.03, 0.02, 0.93),
-        Scheme("8da4w", 4, True, False, 0.98, 12.0, 1.10, 0.08, 0.85),
-        Scheme("w8a8", 8, False, True, 0.99, 20.0, 1.05, 0.04, 0.90),
+        Scheme("8da4w", 4, True, False, 0.98, 12.0, 1.10, 0.08, 0.80),
+        Scheme("w8a8", 8, False, True, 0.99, 20.0, 1.05, 0.05, 0.85),
         Scheme("16a8w", 8, False, True, 0.99, 20.0, 1.03, 0.02, 0.93),
-        Scheme("16a4w", 4, True, True, 0.98, 12.0, 1.10, 0.08, 0.85),
+        Scheme("16a4w", 4, True, True, 0.98, 12.0, 1.10, 0.08, 0.80),
     )
 }
 

@@ -14,6 +14,10 @@ from typing import Any
 SELF_TEST_FILE = "selftest.json"  # beside program.pte in the program cache
 SCHEMA_VERSION = 2  # 2: a decoder's held-out text cases carry `target`
 MAX_BYTES = 4 << 20  # cases are kept in order while their tensors fit (at least one): bundles stay small
+# A decoder's held-out text cases: at least this many, more while they fit in TEXT_BYTES (a 4,096-token
+# vocabulary: 94 positions; a 32k one: 12).
+MIN_TEXT_POSITIONS = 8
+TEXT_BYTES = 2 << 20
 DTYPES = {"float32": "<f4", "int64": "<i8", "int32": "<i4", "bool": "|b1"}
 
 
@@ -44,10 +48,12 @@ def _size(case: dict[str, Any]) -> int:
 
 
 def write(path: Path, cases: list[tuple[str, dict[str, int], list[Any], list[Any]]],
-          windows: Sequence[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = ()) -> None:
+          windows: Sequence[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = ()) -> int:
     """cases: (method, dims, inputs, eager outputs), in the order the build verified them. windows: a
     decoder's held-out text, each a run of calls from position 0 with the token each call's logits should
-    predict (`target`): kept whole (a run cut short would not be the program's state), while they fit."""
+    predict (`target`): kept in order while they fit in TEXT_BYTES, at least MIN_TEXT_POSITIONS (a run cut
+    short is still the program's state from position 0; one with a call left out in its middle would not
+    be). Returns how many text positions were kept: the build judges the program on those too."""
     kept: list[dict[str, Any]] = []
     total = 0
     for method, dims, inputs, outputs in cases:
@@ -56,14 +62,16 @@ def write(path: Path, cases: list[tuple[str, dict[str, int], list[Any], list[Any
             continue
         kept.append(case)
         total += _size(case)
-    for window in windows:
-        run = [{**_case(m, d, i, o), "target": int(t)} for m, d, i, o, t in window]
-        size = sum(_size(c) for c in run)
-        if total + size > MAX_BYTES * 2:
+    text = [{**_case(m, d, i, o), "target": int(t)} for window in windows for m, d, i, o, t in window]
+    budget, positions = total + TEXT_BYTES, 0
+    for case in text:
+        if positions >= MIN_TEXT_POSITIONS and total + _size(case) > budget:
             break
-        kept += run
-        total += size
+        kept.append(case)
+        total += _size(case)
+        positions += 1
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "cases": kept}, sort_keys=True) + "\n")
+    return positions
 
 
 def read(path: Path) -> list[dict[str, Any]]:

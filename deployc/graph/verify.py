@@ -48,11 +48,13 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
            log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None,
-           texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "") -> Measurement:
+           texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "",
+           self_test_positions: int = 0) -> Measurement:
     """`sequences`: per prompt, the indexes of the checks that generate from it (text-generation
     programs); they are compared by the tokens they choose. `texts`: per held-out window, the indexes of
-    its checks and the token each should predict; compared as next-token distributions. The other checks
-    by the metrics."""
+    its checks and the token each should predict; compared as next-token distributions, over all of them
+    and over the first `self_test_positions` (those the self-test vectors carry). The other checks by
+    the metrics."""
     import torch
 
     from deployc.graph.metrics import text_metrics
@@ -96,12 +98,15 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         leading = [leading_matches([references[i] for i in s], [result["outputs"][i] for i in s]) for s in sequences]
         tokens = TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=min(leading),
                              identical=sum(n == len(s) for n, s in zip(leading, sequences)))
-    text = None
+    text = shipped = None
     if texts:
+        positions = [(references[i][0], result["outputs"][i][0], target)
+                     for window, targets in texts for i, target in zip(window, targets)]
         try:
-            text = text_metrics(text_file, [(references[i][0], result["outputs"][i][0], target)
-                                            for window, targets in texts for i, target in zip(window, targets)])
+            text = text_metrics(text_file, positions)
+            shipped = text_metrics("self-test", positions[:self_test_positions]) if self_test_positions else None
         except ValueError as exc:
             return Measurement(status="error", reason=str(exc))
     return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens, text=text,
+                       self_test_text=shipped,
                        latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))

@@ -202,7 +202,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             windows.append([(m, p, inp, ref, t) for (m, p, inp), ref, t in zip(calls, refs, targets)])
             checks += calls
             references += refs
-    self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows)
+    self_test_positions = self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows)
     lap("load")
     outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
                for name, _, _ in signatures}
@@ -261,7 +261,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     if verifier is not None:
         at("verify")
         measurement = verify(pte, checks, references, verifier, log, sequences, data, texts,
-                             export.text.file if export.text else "")
+                             export.text.file if export.text else "", self_test_positions)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)

@@ -65,6 +65,7 @@ def _verification(v: Verification) -> dict[str, Any]:
             "tokens_generated": v.tokens.generated if v.tokens else 0,
             "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens,
             "tokens_prompts": v.tokens.prompts if v.tokens else 0,
+            "tokens_identical": v.tokens.identical if v.tokens else 0,
             **_text(v)}
 
 

@@ -66,6 +66,11 @@ from deployc.plan.toolchain import Toolchain
 from deployc.targets.backends import BACKENDS
 from deployc.targets.profile import Budgets, Unit
 
+# A decoder judged on held-out text: its logits' cosine and SQNR at seeded token ids are reported, and
+# judged only where the manifest sets a tolerance for them (a quantized decoder that keeps its perplexity
+# may still move logits it never ranks first; docs/manifest.md, "Verifying a decoder").
+NOT_JUDGED_COSINE, NOT_JUDGED_SQNR = -1.0, -300.0
+
 
 class _Inputs:
     """Every file the plan read, once, with what it was read for (apply checks them again)."""
@@ -242,8 +247,10 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
               constants=spec.constants, code=toolchain.code[unit.backend],
               toolchain=toolchain.backends[unit.backend].facts),
         Serialize(external_weights=spec.weights == "external"),
-        Verify(run=run, reason=reason, points=verification_points(dims), min_cosine=tol.min_cosine,
-               min_sqnr_db=tol.min_sqnr_db, max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0,
+        Verify(run=run, reason=reason, points=verification_points(dims),
+               min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
+               min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
+               max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0,
                **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
                   if text is not None else {})),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),

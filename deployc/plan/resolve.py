@@ -26,6 +26,7 @@ class Tolerances:
     max_kl: float
     min_top1: float
     text: str | None  # the held-out text, relative to the manifest
+    explicit: frozenset[str] = frozenset()  # the fields the manifest sets (the rest are the scheme's defaults)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
                    max_perplexity_ratio=s.max_perplexity_ratio, max_kl=s.max_kl, min_top1=s.min_top1, text=None)
     for layer in layers:
         if layer is not None:
-            t = dataclasses.replace(t, **{k: getattr(layer, k) for k in layer.model_fields_set})
+            t = dataclasses.replace(t, **{k: getattr(layer, k) for k in layer.model_fields_set},
+                                    explicit=t.explicit | layer.model_fields_set)
     return t
 
 
