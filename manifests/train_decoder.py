@@ -193,6 +193,8 @@ def main() -> None:
     rng = random.Random(SEED)
     from deployc.packaging.corpus import chunk_text
 
+    if not DOCS.is_dir():
+        raise SystemExit(f"{DOCS} is missing: apt-get install python3.11-doc (the documentation's text)")
     docs = doc_paragraphs()
     heldout = docs[::HOLDOUT_EVERY]  # never trained on: the verification text (`verify.text`)
     docs = [p for i, p in enumerate(docs) if i % HOLDOUT_EVERY]

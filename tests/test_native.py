@@ -304,3 +304,27 @@ def test_quick_check_opens_by_size_and_still_refuses_a_cut_file(runner: Path, su
     (copy / "mlp_8da8w.pte").write_bytes(bytes(data[:-1]))
     proc = _native(runner, str(copy), "--quick-check")
     assert proc.returncode == 2 and "error: mlp_8da8w.pte: size does not match runtime.bin" in proc.stderr
+
+
+def test_a_decoders_self_test_judges_its_held_out_text_natively_as_on_the_host(runner: Path, rag: Path) -> None:
+    """The RAG decoder's vectors carry the start of its held-out text: both runtimes score them as
+    next-token distributions (perplexity, KL, top-1) with the same formulas, and the build judged the
+    program on those positions too, so both pass."""
+    from conftest import run_subprocess
+
+    bundle = rag / "arduino_q"
+    host = run_subprocess("inspect", str(bundle), "--self-test", "--json")
+    assert host.code == 0, host.err[-2000:]
+    row = next(r for r in json.loads(host.out)["self_test"] if r["program"] == "llm")
+    text = row["text"]
+    assert row["status"] == "passed" and text["positions"] >= 8 and row["max_perplexity_ratio"] >= 1.0
+    proc = _native(runner, str(bundle), "--self-test")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    native = next(r for r in json.loads(proc.stdout)["programs"] if r["program"] == "llm")
+    assert native["status"] == "passed" and native["text"]["positions"] == text["positions"]
+    for key in ("perplexity", "reference_perplexity", "kl", "top1"):
+        assert abs(native["text"][key] - text[key]) <= 1e-9 * max(1.0, abs(text[key])), key
+    config = json.loads((bundle / "runtime.json").read_text())
+    v = next(p for p in config["programs"] if p["name"] == "llm")["verification"]
+    assert v["text_positions"] == 256 and v["perplexity"] / v["reference_perplexity"] <= v[
+        "tolerance_max_perplexity_ratio"]

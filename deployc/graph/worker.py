@@ -211,7 +211,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                        for name, _, inputs in signatures}
     if backend.format == "tflite":
         return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
-                               log, durations, signature_facts)
+                               log, durations, signature_facts, (sequences, texts, self_test_positions))
 
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
@@ -275,7 +275,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list[Any], references: list[Any],
                     staging: Path, at: Callable[[str], None], lap: Callable[[str], None],
                     verifier: subprocess.Popen[str] | None, log: IO[str] | None, durations: dict[str, float],
-                    signatures: dict[str, Signature]) -> ProgramFacts:
+                    signatures: dict[str, Signature],
+                    decoding: tuple[list[list[int]], list[tuple[list[int], list[int]]], int]) -> ProgramFacts:
     """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
     verifier runs through the LiteRT interpreter against the same references."""
     from deployc.build.facts import Measurement, program_file
@@ -295,7 +296,9 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
     ops = operators(tflite)
     if verifier is not None:
         at("verify")
-        measurement = verify(tflite, checks, references, verifier, log)
+        sequences, texts, self_test_positions = decoding  # a decoder's calls, judged as the .pte path does
+        measurement = verify(tflite, checks, references, verifier, log, sequences, None, texts,
+                             unit.export.text.file if unit.export.text else "", self_test_positions)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)

@@ -1,0 +1,56 @@
+"""The held-out text measures against independent references (torch's cross entropy and KL divergence),
+and the self-test vectors' text cases: a prefix of the windows, in order, capped by size."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from deployc.core import self_test_vectors
+from deployc.graph.metrics import judge_text, text_metrics
+
+
+def test_text_metrics_match_torch() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    g = np.random.default_rng(0)
+    ref, got = g.normal(0, 3, (50, 40)), g.normal(0, 3, (50, 40))
+    got[:25] = ref[:25] + g.normal(0, 0.1, (25, 40))  # half the positions close, half not
+    targets = g.integers(0, 40, 50)
+    m = text_metrics("t", [(r, o, int(t)) for r, o, t in zip(ref, got, targets)])
+    r, o, t = torch.tensor(ref), torch.tensor(got), torch.tensor(targets)
+    assert math.isclose(m.perplexity, math.exp(F.cross_entropy(o, t).item()), rel_tol=1e-9)
+    assert math.isclose(m.reference_perplexity, math.exp(F.cross_entropy(r, t).item()), rel_tol=1e-9)
+    kl = F.kl_div(F.log_softmax(o, -1), F.log_softmax(r, -1), log_target=True, reduction="batchmean").item()
+    assert math.isclose(m.kl, kl, rel_tol=1e-9)
+    assert m.top1 == float(np.mean(ref.argmax(1) == got.argmax(1))) and m.positions == 50
+
+
+def test_identical_logits_are_a_perfect_score_and_misses_are_named() -> None:
+    logits = np.linspace(-2, 2, 16)
+    m = text_metrics("t", [(logits, logits, 3)] * 4)
+    assert m.kl == 0.0 and m.top1 == 1.0 and m.perplexity == m.reference_perplexity
+    assert judge_text(m, 1.001, 0.001, 0.99) == []
+    flat = text_metrics("t", [(logits, np.zeros(16), 15)] * 4)
+    assert judge_text(flat, 1.001, 0.001, 0.99) == [
+        f"perplexity {flat.perplexity:.3f} is {flat.perplexity_ratio:.4f}x eager fp32's "
+        f"{flat.reference_perplexity:.3f} > 1.001x", f"KL {flat.kl:.4g} > 0.001", "top-1 agreement 0.0% < 99%"]
+
+
+def test_self_test_vectors_keep_a_prefix_of_the_text(tmp_path: Path) -> None:
+    row = np.zeros((1, 4096), dtype=np.float32)  # 16 KiB a case: 2 MiB hold ~94 of them
+    point = [("forward", {"seq": 2}, [np.zeros((1, 2), dtype=np.int64)], [row])]
+    windows = [[("forward", {"seq": 1}, [np.asarray([[w * 100 + i]]), np.asarray([i])], [row], i + 1)
+                for i in range(64)] for w in range(4)]
+    kept = self_test_vectors.write(tmp_path / "v.json", point, windows)
+    cases = json.loads((tmp_path / "v.json").read_text())["cases"]
+    assert 80 <= kept <= 100 and len(cases) == 1 + kept and "target" not in cases[0]
+    texts = [c for c in cases if "target" in c]
+    assert [c["target"] for c in texts[:65]] == [*range(1, 65), 1]  # window 0 whole, then window 1 from its start
+    huge = [[("forward", {"seq": 1}, [np.asarray([[i]]), np.asarray([i])], [np.zeros((1, 300_000), np.float32)], 1)
+             for i in range(20)]]
+    assert self_test_vectors.write(tmp_path / "w.json", point, huge) == self_test_vectors.MIN_TEXT_POSITIONS
