@@ -155,6 +155,8 @@ def test_sentencepiece_tokenizer_assets_keep_their_format_in_the_bundle(tokenize
     result = run_subprocess("plan", str(project / "rag_offline.yaml"), "--json")
     assert result.code == 0, result.err[-2000:]
     target = json.loads(result.out)["plan"]["targets"][0]
-    assert [a["file"] for a in target["assets"] if a["kind"] == "tokenizer"] == ["assets/tokenizers/wordpiece.model"]
-    params = [s["params"] for s in target["pipeline"]["stages"] if s["op"] in ("tokenize", "generate")]
-    assert {p["tokenizer"] for p in params} == {"assets/tokenizers/wordpiece.model"}
+    assert sorted(a["file"] for a in target["assets"] if a["kind"] == "tokenizer") == [
+        "assets/tokenizers/decoder.json", "assets/tokenizers/wordpiece.model"]  # the decoder keeps its own
+    params = {s["op"]: s["params"] for s in target["pipeline"]["stages"] if s["op"] in ("tokenize", "generate")}
+    assert params["tokenize"]["tokenizer"] == "assets/tokenizers/wordpiece.model"
+    assert params["generate"]["tokenizer"] == "assets/tokenizers/decoder.json"
