@@ -173,3 +173,40 @@ def test_a_rebuild_goes_straight_to_the_fallback(npu: Built) -> None:
     u = next(u for u in json.loads(proc.stdout)["units"] if u["model"] == "torch_layer")
     assert (u["unit"], u["status"]) == ("gpu", "cached")
     assert [f["unit"] for f in u["fell_back_from"]] == ["npu"]
+
+
+BERT_ON_NPU = """\
+apiVersion: deployc/v1
+name: bert-npu
+version: 0.1.0
+targets: [snapdragon]
+models:
+  bert:
+    task: embedding
+    source: {huggingface: hf/bert}
+    dims: {seq: {min: 16, max: 16}}
+    quantization: fp16
+    overrides:
+      snapdragon: {unit: npu}
+"""
+
+
+def test_a_program_of_two_qnn_delegates_runs_on_the_emulator(tmp_path: Path) -> None:
+    """BERT's mask indexing (aten.index, which QNN refuses) splits the graph into two QNN delegates; each
+    context binary keeps a stamp of its own (deployc/targets/backends/qnn.py, _unstamp), so the runtime
+    runs each call against its own binary. With every stamp zeroed the second call met the first's
+    binary and crashed ("binds 5 tensors ... but ExecuTorch passed 4 arguments")."""
+    import torch
+    import transformers as T
+
+    manifest = make_project(tmp_path / "project", BERT_ON_NPU, "m.yaml")
+    torch.manual_seed(0)
+    T.BertModel(T.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, max_position_embeddings=64)).save_pretrained(
+        tmp_path / "project" / "hf" / "bert")
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    assert result.code == 0, result.err[-3000:]
+    unit = report["units"][0]
+    assert (unit["backend"], unit["status"]) == ("qnn", "built")
+    assert unit["delegates"] == {"QnnBackend": 2}
+    assert unit["verification"]["status"] == "passed" and unit["verification"]["metrics"]["min_cosine"] > 0.9999

@@ -78,7 +78,9 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
             log.write(stderr)
         if verifier.returncode != 0:
             code = verifier.returncode
-            tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
+            # The runtime's own complaint, not the delegate's shutdown chatter that follows it.
+            said = [line for line in stderr.strip().splitlines() if not line.startswith(("[INFO]", "[WARNING]"))]
+            tail = " | ".join(said[-3:])
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             return Measurement(status="error", reason=f"executorch.runtime crashed ({how}): {tail[:400]}")
         result = torch.load(outputs_path, weights_only=True)

@@ -154,9 +154,13 @@ class Qnn(BackendBase):
 
 def _unstamp(edge: Any) -> None:
     """QNN context binaries carry an 8-byte stamp after their magic that differs on every compile
-    (measured: the same graph compiled twice differs in those bytes only). It is zeroed so that two
-    builds give the same bytes; the HTP emulator loads and runs the result with the same outputs (not
-    checked on a phone)."""
+    (measured: the same graph compiled twice differs in those bytes only). It is replaced by the first 8
+    bytes of the sha256 of the binary with the stamp zeroed, so that two builds give the same bytes. Not
+    zeroed: the runtime tells a program's context binaries apart by it, and with every stamp zero a
+    program of two QNN delegates ran its second call against its first binary ("binds 5 tensors ... but
+    ExecuTorch passed 4 arguments": every BERT-family encoder, whose mask indexing splits the graph)."""
+    import hashlib
+
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
     for method in edge.methods:
@@ -165,7 +169,9 @@ def _unstamp(edge: Any) -> None:
                 blob = bytearray(child.processed_bytes)
                 at = blob.find(CONTEXT_BINARY_MAGIC, 0, 4096)
                 if at >= 0:
-                    blob[at + 4:at + 4 + CONTEXT_STAMP_BYTES] = bytes(CONTEXT_STAMP_BYTES)
+                    stamp = slice(at + 4, at + 4 + CONTEXT_STAMP_BYTES)
+                    blob[stamp] = bytes(CONTEXT_STAMP_BYTES)
+                    blob[stamp] = hashlib.sha256(blob).digest()[:CONTEXT_STAMP_BYTES]
                     child._processed_bytes = bytes(blob)
 
 
