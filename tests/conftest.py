@@ -103,11 +103,11 @@ def make_project(folder: Path, manifest_text: str, name: str = "suite.yaml") -> 
     return path
 
 
-def build_json(manifest: Path, out: Path, cache: Path, *extra: str) -> tuple[Result, dict]:
+def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: float = 600) -> tuple[Result, dict]:
     import json
 
     r = run_subprocess("build", str(manifest), "--out", str(out), "--cache-dir", str(cache), "--json", *extra,
-                       cwd=manifest.parent)
+                       cwd=manifest.parent, timeout=timeout)
     return r, json.loads(r.out) if r.out.strip() else {}
 
 
@@ -131,7 +131,8 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = folder / "project"
     shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "targets", folder / "targets")
-    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache")
+    # Cold, both targets: 3-6 min on 2 cores; a loaded machine took over 10 (2026-12-01).
+    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache", timeout=1800)
     assert result.code == 0, result.err[-3000:]
     assert {u["status"] for u in report["units"]} == {"built"}
     return folder / "dist" / "rag-offline" / "1.0.0"
