@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hf_zoo import ARCHS, error_class, manifest, save
+from typing import Any
+
+from hf_zoo import ARCHS, NPU_SEQ, error_class, manifest, save
 
 
 def _cell(unit: dict | None, made: str | None) -> str:
@@ -46,14 +48,21 @@ def main() -> None:
     parser.add_argument("--schemes", default="fp32,w8a8")
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", default="2")
+    parser.add_argument("--unit", choices=("cpu", "npu"), default="cpu",
+                        help="cpu: arduino_q's CPU (XNNPACK); npu: snapdragon's NPU (QNN, HTP emulator)")
+    parser.add_argument("--report", type=Path, help="also write the build's --json report here")
+    parser.add_argument("--work", type=Path, help="build in this folder and keep it (default: a temp dir)")
+    parser.add_argument("--plain", action="store_true",
+                        help="npu: also build each row by the plain hand-written Qualcomm path (qnn_plain.py)")
     args = parser.parse_args()
     schemes = args.schemes.split(",")
     archs = [a for a in ARCHS if not args.only or a.name in args.only.split(",")]
     with tempfile.TemporaryDirectory(prefix="deployc-coverage-") as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)  # --work keeps the models, cache and logs to look at afterwards
+        work.mkdir(parents=True, exist_ok=True)
         not_made = save(archs, work / "hf")
         made = [a for a in archs if a.name not in not_made]
-        (work / "coverage.yaml").write_text(manifest(made, schemes))
+        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit))
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "deployc", "build", "coverage.yaml", "--json", "--jobs",
                                args.jobs, "--cache-dir", "cache", "--out", "dist"], cwd=work, capture_output=True,
@@ -61,20 +70,57 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         if not proc.stdout.strip():
             raise SystemExit(f"the build printed no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        if args.report:
+            args.report.write_text(proc.stdout)
         units = {u["model"]: u for u in json.loads(proc.stdout)["units"]}
-    print(f"{'architecture':<14} {'family':<8} " + " ".join(f"{s:<34}" for s in schemes))
+        plain = _plain_rows(work, made, schemes, int(args.jobs)) if args.plain and args.unit == "npu" else {}
+    columns = [(s, "") for s in schemes] + ([(s, " plain") for s in schemes] if plain else [])
+    print(f"{'architecture':<14} {'family':<8} " + " ".join(f"{s + p:<34}" for s, p in columns))
     verified = dict.fromkeys(schemes, 0)
+    plain_verified = dict.fromkeys(schemes, 0)
     for arch in archs:
         cells = []
         for s in schemes:
-            unit = units.get(f"{arch.name}_{s}")
-            cell = _cell(unit, not_made.get(arch.name))
+            cell = _cell(units.get(f"{arch.name}_{s}"), not_made.get(arch.name))
             verified[s] += cell.startswith("ok")
+            cells.append(f"{cell:<34}")
+        for s in schemes if plain else []:
+            cell = plain.get((arch.name, s), "not made")
+            plain_verified[s] += cell.startswith("ok")
             cells.append(f"{cell:<34}")
         print(f"{arch.name:<14} {arch.family:<8} " + " ".join(cells))
     print()
     print(", ".join(f"{s}: {verified[s]}/{len(archs)} verified" for s in schemes)
           + f" ({len(made) * len(schemes)} programs in {elapsed:.0f} s, {args.jobs} jobs)")
+    if plain:
+        print("plain Qualcomm path: " + ", ".join(f"{s}: {plain_verified[s]}/{len(archs)} verified" for s in schemes))
+
+
+def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int) -> dict[tuple[str, str], str]:
+    """Each (architecture, scheme) through qnn_plain.py, one process each (an emulator crash ends only it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = Path(__file__).resolve().parent / "qnn_plain.py"
+
+    def one(arch: Any, scheme: str) -> str:
+        if arch.task == "text-generation":  # deployc's own KV-cache decoder: no plain counterpart to build
+            return "not compared"
+        proc = subprocess.run([sys.executable, str(script), str(work / "hf" / arch.name), arch.task, scheme,
+                               "--seq", str(NPU_SEQ)], capture_output=True, text=True)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return f"run: crashed (exit {proc.returncode}) {last[:40]}"
+        r = json.loads(line[len("RESULT "):])
+        if r["status"] == "failed":
+            return f"{r['step']}: {r['error'][:40]}"
+        word = "ok" if r["status"] == "passed" else "missed"
+        return f"{word} {r['min_cosine']:.4f} / {r['min_sqnr_db']:.1f} dB"
+
+    pairs = [(a, s) for a in archs for s in schemes]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        cells = list(pool.map(lambda p: one(*p), pairs))
+    return {(a.name, s): c for (a, s), c in zip(pairs, cells)}
 
 
 if __name__ == "__main__":

@@ -96,6 +96,48 @@ ARCHS: list[Arch] = [
         t, "SegformerConfig", "SegformerForImageClassification", num_encoder_blocks=2, depths=[1, 1],
         sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2],
         mlp_ratios=[2, 2], decoder_hidden_size=32, **IMAGE)),
+    # Qualcomm's ExecuTorch NPU examples (executorch/examples/qualcomm/oss_scripts/) beyond the above.
+    Arch("eurobert", "encoder", "embedding", lambda t: _text(
+        t, "EuroBertConfig", "EuroBertModel", hidden_size=32, num_key_value_heads=4, pad_token_id=1, bos_token_id=2,
+        eos_token_id=3, mask_token_id=4, **TEXT, **LAYERS)),
+    Arch("t5_encoder", "encoder", "embedding", lambda t: _text(
+        t, "T5Config", "T5EncoderModel", vocab_size=200, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        decoder_start_token_id=0)),
+    Arch("cvt", "vision", "image-classification", lambda t: _text(  # depth >= stage + 1: transformers indexes by stage
+        t, "CvtConfig", "CvtForImageClassification", embed_dim=[8, 16, 32], num_heads=[1, 2, 2], depth=[1, 2, 3],
+        mlp_ratio=[2.0, 2.0, 2.0], drop_path_rate=[0.0, 0.0, 0.0], num_labels=5)),
+    Arch("dinov2", "vision", "image-classification", lambda t: _text(
+        t, "Dinov2Config", "Dinov2ForImageClassification", patch_size=8, hidden_size=32, mlp_ratio=2,
+        num_hidden_layers=2, num_attention_heads=4, **IMAGE)),
+    Arch("dit", "vision", "image-classification", lambda t: _text(  # DiT is BEiT with DiT's settings
+        t, "BeitConfig", "BeitForImageClassification", patch_size=8, hidden_size=32,
+        use_absolute_position_embeddings=True, use_relative_position_bias=False, use_mask_token=True,
+        use_mean_pooling=True, layer_scale_init_value=0.1, **IMAGE, **LAYERS)),
+    Arch("focalnet", "vision", "image-classification", lambda t: _text(
+        t, "FocalNetConfig", "FocalNetForImageClassification", patch_size=4, embed_dim=16, depths=[1, 1],
+        focal_levels=[2, 2], focal_windows=[3, 3], **IMAGE)),
+    Arch("mobilevit", "vision", "image-classification", lambda t: _text(
+        t, "MobileViTConfig", "MobileViTForImageClassification", image_size=32, patch_size=2, hidden_sizes=[16, 24, 32],
+        neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 48], num_attention_heads=2, num_labels=5, initializer_range=0.3)),
+    Arch("mobilevit_v2", "vision", "image-classification", lambda t: _text(  # downsamples 32x: 64 pixels
+        t, "MobileViTV2Config", "MobileViTV2ForImageClassification", image_size=64, patch_size=2,
+        width_multiplier=0.25, num_labels=5, initializer_range=0.3)),
+    Arch("pvt", "vision", "image-classification", lambda t: _text(
+        t, "PvtConfig", "PvtForImageClassification", image_size=32, num_encoder_blocks=2, depths=[1, 1],
+        sequence_reduction_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[4, 2], strides=[4, 2],
+        num_attention_heads=[1, 2], mlp_ratios=[2, 2], num_labels=5)),
+    Arch("swin_v2", "vision", "image-classification", lambda t: _text(
+        t, "Swinv2Config", "Swinv2ForImageClassification", patch_size=4, embed_dim=16, depths=[1, 1],
+        num_heads=[2, 2], window_size=4, **IMAGE)),
+    Arch("regnet", "vision", "image-classification", lambda t: _text(
+        t, "RegNetConfig", "RegNetForImageClassification", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+        groups_width=8, num_labels=5)),
+    Arch("depth_anything", "vision", "depth-estimation", lambda t: t.DepthAnythingForDepthEstimation(
+        t.DepthAnythingConfig(backbone_config=t.Dinov2Config(
+            patch_size=8, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, image_size=32,
+            out_features=["stage1", "stage2", "stage3", "stage4"], reshape_hidden_states=False),
+            reassemble_hidden_size=32, neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16, head_hidden_size=8,
+            patch_size=8, initializer_range=0.1))),
     Arch("wav2vec2", "audio", "audio-embedding", lambda t: _text(
         t, "Wav2Vec2Config", "Wav2Vec2Model", hidden_size=32, conv_dim=(32, 32), conv_stride=(5, 2),
         conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **LAYERS)),
@@ -125,16 +167,27 @@ def save(archs: list[Arch], folder: Path, seed: int = 0) -> dict[str, str]:
     return problems
 
 
-def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples: int = 16) -> str:
-    """One manifest with every architecture in every scheme, on arduino_q's CPU (XNNPACK)."""
-    text = "apiVersion: deployc/v1\nname: coverage\nversion: 0.1.0\ntargets: [arduino_q]\nmodels:\n"
+UNITS = {"cpu": "arduino_q", "npu": "snapdragon"}  # the unit each coverage row is built on, and its target
+NPU_SEQ = 16  # the npu takes static shapes only: text models are built at this many tokens there
+
+
+def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples: int = 16, unit: str = "cpu",
+             rows: set[tuple[str, str]] | None = None) -> str:
+    """One manifest with every architecture in every scheme (or only the (name, scheme) rows given), on
+    arduino_q's CPU (XNNPACK) or on snapdragon's NPU (QNN; text models at a static NPU_SEQ tokens)."""
+    target = UNITS[unit]
+    text = f"apiVersion: deployc/v1\nname: coverage\nversion: 0.1.0\ntargets: [{target}]\nmodels:\n"
     for arch in archs:
+        static = f", dims: {{seq: {{min: {NPU_SEQ}, max: {NPU_SEQ}}}}}" \
+            if unit == "npu" and arch.family in ("encoder", "decoder") else ""
         for scheme in schemes:
+            if rows is not None and (arch.name, scheme) not in rows:
+                continue
             quantization = f"{{scheme: {scheme}, calibration: {{samples: {samples}}}}}" \
                 if scheme in CALIBRATED else scheme
             text += (f"  {arch.name}_{scheme}:\n    task: {arch.task}\n"
                      f"    source: {{huggingface: {folder}/{arch.name}}}\n    quantization: {quantization}\n"
-                     "    overrides:\n      arduino_q: {unit: cpu}\n")
+                     f"    overrides:\n      {target}: {{unit: {unit}{static}}}\n")
     return text
 
 

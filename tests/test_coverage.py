@@ -1,6 +1,7 @@
 """The CI subset of the architecture coverage table (benchmarks/coverage.py builds all of it): one
-architecture per family, each built from its saved directory through one manifest in fp32 and in static
-int8 (w8a8, convolutions included), verified against eager PyTorch."""
+architecture per family, each built from its saved directory through one manifest, verified against
+eager PyTorch: on the CPU in fp32 and in static int8 (w8a8, convolutions included); on the Snapdragon
+NPU (QNN, through the HTP emulator) in fp16, and a vision transformer in w8a8 (its 16-bit rule)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,35 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
             assert v["tokens"]["matched"] == 32
     if scheme == "w8a8":
         assert unit["quantization"] == "w8a8"
+
+
+# On the NPU: an encoder whose mask indexing splits the graph into two QNN delegates (BERT), an encoder saved
+# without its decoder (T5), deployc's decoder at a static prefill length, a depth map, a waveform encoder
+# with weight norm (wav2vec2), and DeiT in w8a8 (8.3 dB simulated without the 16-bit rule).
+NPU_ROWS = {("bert", "fp16"), ("t5_encoder", "fp16"), ("llama", "fp16"), ("depth_anything", "fp16"),
+            ("wav2vec2", "fp16"), ("deit", "w8a8")}
+
+
+@pytest.fixture(scope="module")
+def npu_coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    folder = tmp_path_factory.mktemp("npu-coverage")
+    archs = [a for a in ARCHS if a.name in {name for name, _ in NPU_ROWS}]
+    text = manifest(archs, ["fp16", "w8a8"], unit="npu", rows=NPU_ROWS)
+    path = make_project(folder / "project", text, "coverage.yaml")
+    assert save(archs, folder / "project" / "hf") == {}
+    result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2")
+    assert report, result.err[-3000:]
+    return {u["model"]: u for u in report["units"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,scheme", sorted(NPU_ROWS))
+def test_each_family_builds_and_verifies_on_the_npu(npu_coverage: dict[str, dict], arch: str, scheme: str) -> None:
+    unit = npu_coverage[f"{arch}_{scheme}"]
+    assert (unit["unit"], unit["backend"], unit["quantization"]) == ("npu", "qnn", scheme)
+    assert unit["status"] == "built", unit["failure"]
+    v = unit["verification"]
+    assert v["status"] == "passed", v
+    assert v["metrics"]["min_sqnr_db"] >= (35.0 if scheme == "fp16" else 20.0)
+    if arch == "bert":  # each of the two context binaries keeps its own stamp (qnn.py, _unstamp)
+        assert unit["delegates"] == {"QnnBackend": 2}

@@ -61,8 +61,8 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
 def init(
     model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
     task: Annotated[str | None, typer.Option(
-        "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding "
-                       "or audio-embedding (default: what config.json's architectures say)")] = None,
+        "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding, "
+                       "depth-estimation or audio-embedding (default: what config.json's architectures say)")] = None,
     targets: Annotated[list[str], typer.Option(
         "--target", help="a target profile (repeatable; default: every profile `deployc targets list` shows)")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(

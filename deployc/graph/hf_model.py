@@ -64,6 +64,15 @@ class ImageEmbedding(nn.Module):
         return _pool(self.model(pixel_values=pixel_values))
 
 
+class DepthMap(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).predicted_depth
+
+
 class WaveformEmbedding(nn.Module):
     """wav2vec2-style encoders: raw 16 kHz samples in."""
 
@@ -86,6 +95,16 @@ class FeaturesEmbedding(nn.Module):
         return _pool(self.model(input_features=input_features))
 
 
+def _config_architectures(folder: Path) -> list[str]:
+    import json
+
+    try:
+        names = json.loads((folder / "config.json").read_text()).get("architectures")
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
 def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Module:
     if task == "text-generation":  # deployc's own KV-cache decoder, not transformers' (see decoder.py)
         from deployc.graph.decoder import load_decoder
@@ -100,24 +119,35 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
     classes = {"embedding": transformers.AutoModel,
                "text-classification": transformers.AutoModelForSequenceClassification,
                "image-classification": transformers.AutoModelForImageClassification,
-               "image-embedding": transformers.AutoModel, "audio-embedding": transformers.AutoModel}
+               "image-embedding": transformers.AutoModel,
+               "depth-estimation": transformers.AutoModelForDepthEstimation,
+               "audio-embedding": transformers.AutoModel}
     if task not in classes:
         raise BuildError(f"task {task} cannot be built from a Hugging Face directory yet")
+    loader = classes[task]
+    if task == "embedding":  # an encoder saved alone (T5EncoderModel): AutoModel would add a random decoder
+        named = (_config_architectures(folder) or [""])[0]
+        if named.endswith("EncoderModel") and hasattr(transformers, named):
+            loader = getattr(transformers, named)
     try:
-        model = classes[task].from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
+        model = loader.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
                                               use_safetensors=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
         raise BuildError(f"transformers cannot load {folder} for task {task}: {first[:400]}") from exc
     model.eval()
     if task == "embedding":
-        return TextEmbedding(model)
+        # An encoder-decoder (T5) embeds with its encoder: the decoder would need decoder ids to run at all.
+        encoder_decoder = isinstance(getattr(model, "decoder", None), nn.Module) and hasattr(model, "get_encoder")
+        return TextEmbedding(model.get_encoder() if encoder_decoder else model)
     if task == "text-classification":
         return TextLogits(model)
     if task == "image-classification":
         return ImageLogits(model)
     if task == "image-embedding":
         return ImageEmbedding(model)
+    if task == "depth-estimation":
+        return DepthMap(model)
     if hasattr(model, "get_encoder") and hasattr(model.config, "num_mel_bins"):  # an encoder-decoder (Whisper)
         return FeaturesEmbedding(model.get_encoder())
     return WaveformEmbedding(model)

@@ -38,6 +38,21 @@ def _check_sources(step: LoadModel, directory: Path) -> None:
             raise BuildError(f"{directory / f.path} changed since the plan was made")
 
 
+def _bake_parametrizations(model: torch.nn.Module) -> None:
+    """Weight norm (and any torch parametrization) computes a weight from parameters on every call; for
+    inference it is a constant, baked here once to the values eager computes. Backends then see a plain
+    weight: QNN's conv1d-to-conv2d rewrite reshapes parameters only, and a computed weight made it fail
+    ("expected stride to be a single integer value": wav2vec2's and HuBERT's positional convolution)."""
+    from torch.nn.utils import parametrize
+
+    for module in model.modules():
+        if parametrize.is_parametrized(module):
+            parametrizations = module.parametrizations
+            assert isinstance(parametrizations, torch.nn.ModuleDict)
+            for name in list(parametrizations.keys()):
+                parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+
+
 def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
     torch.manual_seed(step.seed)
     if step.huggingface is not None:
@@ -67,6 +82,7 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
         except RuntimeError as exc:  # missing keys, unexpected keys, shape mismatches
             first = next(iter(str(exc).strip().splitlines()), "")
             raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
+    _bake_parametrizations(model)
     # Inference only. Parameters that require grad make lowering refuse in-place buffer updates (a
     # KV cache written with index_copy_: "a leaf Variable that requires grad is being used in an
     # in-place operation").

@@ -19,9 +19,9 @@ from deployc.core.errors import DeploycError
 # What each task makes of a directory. The manifest's `task` picks one; the build wraps the matching
 # transformers class so that the program takes and returns plain tensors.
 TASKS = ("embedding", "text-classification", "text-generation", "image-classification", "image-embedding",
-         "audio-embedding")
+         "depth-estimation", "audio-embedding")
 TEXT_TASKS = ("embedding", "text-classification", "text-generation")
-IMAGE_TASKS = ("image-classification", "image-embedding")
+IMAGE_TASKS = ("image-classification", "image-embedding", "depth-estimation")
 
 # Models whose position ids start after the padding index: two positions fewer than the table holds.
 _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart", "data2vec-text"}
@@ -103,8 +103,8 @@ def read(folder: Path) -> HfModel:
 
 
 def _get(config: dict[str, Any], *names: str) -> Any:
-    """The first of `names` set in the config or in its text/vision/audio sub-config."""
-    for source in (config, config.get("text_config") or {}, config.get("vision_config") or {}):
+    """The first of `names` set in the config or in its text/vision/backbone sub-config."""
+    for source in (config, *(config.get(k) or {} for k in ("text_config", "vision_config", "backbone_config"))):
         for n in names:
             if isinstance(source, dict) and source.get(n) is not None:
                 return source[n]
@@ -162,6 +162,8 @@ def derive(model: HfModel, task: str) -> dict[str, Any]:
         inputs = {"pixel_values": {"shape": [1, channels, size, size], "dtype": "float32", "range": [-1.0, 1.0]}}
         if task == "image-classification":
             outputs = {"logits": {"shape": [1, _labels(model)]}}
+        elif task == "depth-estimation":  # one relative depth per pixel of the input
+            outputs = {"depth": {"shape": [1, size, size]}}
         else:
             hidden = _hidden(model)
             if hidden is None:

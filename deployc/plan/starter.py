@@ -33,7 +33,7 @@ _CONV_FAMILIES = {"resnet", "mobilenet_v1", "mobilenet_v2", "efficientnet", "con
 # The class name's suffix -> the task, for the heads that say what they do.
 _HEADS = (("ForSequenceClassification", "text-classification"),
           ("ForImageClassificationWithTeacher", "image-classification"),
-          ("ForImageClassification", "image-classification"),
+          ("ForImageClassification", "image-classification"), ("ForDepthEstimation", "depth-estimation"),
           ("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"))
 # Heads that are an encoder plus something deployc drops: their base model is an embedding model.
 _ENCODER_HEADS = ("Model", "ForMaskedLM", "ForPreTraining", "ForTokenClassification", "ForQuestionAnswering",

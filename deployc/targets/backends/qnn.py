@@ -26,6 +26,17 @@ CONTEXT_BINARY_MAGIC = bytes.fromhex("cdab7856")  # 0x5678abcd, little-endian: a
 CONTEXT_STAMP_BYTES = 8
 
 
+# w8a8 on the NPU keeps these kinds of operator's activations at 16 bits, every other at 8 (measured
+# per kind of operator with benchmarks/qnn_sensitivity.py; docs/qnn.md "w8a8's 16-bit operators").
+W8A8_16BIT_OPS: frozenset[str] = frozenset({"add", "layer_norm"})
+
+
+def op_kind(node: Any) -> str:
+    """An FX node's operator without overload or leading underscore: aten._softmax.default -> softmax."""
+    name = getattr(node.target, "__name__", str(node.target))
+    return name.split(".")[0].lstrip("_")
+
+
 def _soc(options: Mapping[str, Any]) -> str:
     return str(options.get("soc_model", DEFAULT_SOC))
 
@@ -85,18 +96,30 @@ class Qnn(BackendBase):
 
         qnn_host.activate()
 
-    def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
+    def quantizer(self, recipe: Recipe, options: Mapping[str, Any],
+                  activation_bits: Mapping[str, int] | None = None) -> Any:
+        """activation_bits: kind of operator -> 8 or 16, where it differs from the scheme's (default: w8a8's
+        rule, W8A8_16BIT_OPS at 16); benchmarks/qnn_sensitivity.py passes others to measure them."""
         self.activate()
         from executorch.backends.qualcomm.quantizer.quantizer import (
+            ModuleQConfig,
             QnnQuantizer,
             QuantDtype,
         )
         from torchao.quantization.pt2e import MinMaxObserver
 
+        def config(dtype: str) -> dict[str, Any]:
+            return {"quant_dtype": getattr(QuantDtype, dtype), "is_conv_per_channel": True,
+                    "is_linear_per_channel": True, "act_observer": MinMaxObserver}
+
         quantizer = QnnQuantizer()
-        quantizer.set_default_quant_config(getattr(QuantDtype, QUANT_DTYPES[recipe.scheme]),
-                                           is_conv_per_channel=True, is_linear_per_channel=True,
-                                           act_observer=MinMaxObserver)
+        quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
+        if activation_bits is None:
+            activation_bits = dict.fromkeys(W8A8_16BIT_OPS, 16) if recipe.scheme == "w8a8" else {}
+        dtypes = {16: "use_16a8w", 8: "use_8a8w"}
+        quantizer.set_submodule_qconfig_list([
+            (lambda node, bits=bits: activation_bits.get(op_kind(node)) == bits, ModuleQConfig(**config(dtype)))
+            for bits, dtype in dtypes.items() if bits in activation_bits.values()])
         return quantizer
 
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],

@@ -1,0 +1,118 @@
+"""The plain hand-written Qualcomm path, for comparison with deployc's NPU rows in benchmarks/coverage.py.
+
+    .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8]
+
+What a user writes from Qualcomm's own examples (executorch/examples/qualcomm/oss_scripts/): the model
+from transformers, torch.export, for a quantized scheme `QnnQuantizer` with Qualcomm's defaults
+(set_default_quant_config(QuantDtype), nothing else), prepare_pt2e / convert_pt2e on `--samples` random
+samples, `to_edge_transform_and_lower_to_qnn` for SM8650 (fp16: `use_fp16=True`), run through
+ExecuTorch's runtime on the HTP emulator of the QNN host libraries, compared with eager fp32 on 3 other
+random samples. Only the host libraries come from deployc (qnn_host: which libQnnHtp.so, and its
+compatibility layer); the model wrapper is deployc's, so both paths compile the same module.
+Prints one JSON line: {"status": "passed"|"missed"|"failed", "step", "error", "min_cosine", "min_sqnr_db"}.
+The caller runs it in a subprocess: a crash of the emulator ends only this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+QUANT_DTYPES = {"w8a8": "use_8a8w", "16a8w": "use_16a8w", "16a4w": "use_16a4w"}
+TOLERANCE = {"fp16": (0.999, 35.0), "w8a8": (0.99, 20.0), "16a8w": (0.99, 20.0), "16a4w": (0.98, 12.0)}
+
+
+def _inputs(model: Any, task: str, seq: int, seed: int) -> tuple[Any, ...]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    config = model.model.config
+    if task in ("embedding", "text-classification"):
+        ids = torch.randint(0, int(config.vocab_size), (1, seq), generator=g)
+        return ids, torch.ones(1, seq, dtype=torch.long)
+    if task == "audio-embedding":  # Whisper-style: log-mel features, 30 s of them
+        frames = 2 * int(config.max_source_positions)
+        return (torch.rand(1, int(config.num_mel_bins), frames, generator=g) * 2 - 1,)
+    config = getattr(config, "backbone_config", None) or config  # Depth Anything: its backbone's size
+    size = getattr(config, "image_size", 224)  # what deployc derives when the config has no size (CvT)
+    size = size[0] if isinstance(size, list) else int(size)
+    return (torch.rand(1, int(getattr(config, "num_channels", 3)), size, size, generator=g) * 2 - 1,)
+
+
+def run(folder: Path, task: str, scheme: str, seq: int, samples: int) -> dict[str, Any]:
+    import torch
+
+    from deployc.graph.hf_model import load_directory
+    from deployc.graph.metrics import compare
+    from deployc.targets.backends import qnn_host
+
+    qnn_host.activate()
+    from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+        to_edge_transform_and_lower_to_qnn,
+    )
+    from executorch.runtime import Runtime
+
+    step = "load"
+    try:
+        model = load_directory(folder, task)
+        example = _inputs(model, task, seq, 0)
+        module: Any = model
+        if scheme != "fp16":
+            step = "quantize"
+            from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+            quantizer = QnnQuantizer()
+            quantizer.set_default_quant_config(getattr(QuantDtype, QUANT_DTYPES[scheme]))
+            prepared = prepare_pt2e(torch.export.export(model, example, strict=False).module(), quantizer)
+            for i in range(samples):
+                prepared(*_inputs(model, task, seq, 100 + i))
+            module = convert_pt2e(prepared)
+        step = "lower"
+        specs = generate_qnn_executorch_compiler_spec(
+            soc_model=QcomChipset.SM8650, backend_options=generate_htp_compiler_spec(use_fp16=scheme == "fp16"))
+        program = to_edge_transform_and_lower_to_qnn(module, example, specs).to_executorch()
+        step = "run"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pte"
+            path.write_bytes(program.buffer)
+            method = Runtime.get().load_program(path).load_method("forward")
+            cosines, sqnrs = [], []
+            for i in range(3):
+                x = _inputs(model, task, seq, 1000 + i)
+                with torch.no_grad():
+                    ref = model(*x)
+                m = compare(ref.numpy(), method.execute(list(x))[0].numpy())
+                cosines.append(m.cosine)
+                sqnrs.append(m.sqnr_db)
+    except Exception as exc:  # a failed step is the result being measured
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return {"status": "failed", "step": step, "error": last[:300]}
+    min_cos, min_sqnr = TOLERANCE[scheme]
+    ok = min(cosines) >= min_cos and min(sqnrs) >= min_sqnr
+    return {"status": "passed" if ok else "missed", "min_cosine": min(cosines), "min_sqnr_db": min(sqnrs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("task")
+    parser.add_argument("scheme", choices=sorted(TOLERANCE))
+    parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=8)
+    args = parser.parse_args()
+    result = run(args.folder, args.task, args.scheme, args.seq, args.samples)
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
