@@ -72,8 +72,9 @@ class Qnn(BackendBase):
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
         soc = _soc(options)
         if recipe.method == "pt2e":
-            return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}, per-channel weights, MinMax activation "
-                    f"observers), calibrated; HTP for {soc}")
+            sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
+            return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, per-channel weights, MinMax "
+                    f"activation observers), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
 
     def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
