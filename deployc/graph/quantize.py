@@ -176,18 +176,11 @@ def stayed_float(model: torch.fx.GraphModule) -> list[str]:
 
 
 def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration: list[list[torch.Tensor]],
-                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram], fold: bool = False
+                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram]
                   ) -> tuple[torch.export.ExportedProgram, list[str]]:
-    """(the quantized program, the weighted layers that stayed float). fold: first compute every part of
-    the graph that depends on no input (static shapes only: then positions are constants too). T5's
-    relative position buckets take log(0) = -inf of a position difference; observed, that range gave QNN
-    a NaN scale ("Output def has a bad scale"); folded, the bias is a constant and never observed."""
+    """(the quantized program, the weighted layers that stayed float)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    if fold:
-        from executorch.exir.passes.constant_prop_pass import constant_prop_pass
-
-        ep = constant_prop_pass(ep)
     prepared = prepare_pt2e(ep.module(check_guards=False), float_paths_only(quantizer))
     for sample in calibration:
         prepared(*sample)

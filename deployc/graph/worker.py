@@ -235,8 +235,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         at("quantize")
         programs["forward"], float_layers = pt2e_quantize(
             programs["forward"], backend.quantizer(recipe, lower.options), calibration_samples(recipe, export, folder),
-            lambda m: export_model(m, examples["forward"], export.inputs, export.dims),
-            fold=backend.static_shapes_only)
+            lambda m: export_model(m, examples["forward"], export.inputs, export.dims))
         lap("quantize")
 
     at("lower")
