@@ -1,6 +1,11 @@
 """Which Hugging Face architectures deployc builds and verifies, as a table, in one run.
 
     .venv/bin/python benchmarks/coverage.py [--schemes fp32,w8a8] [--only bert,vit] [--jobs 2]
+    .venv/bin/python benchmarks/coverage.py --unit npu --schemes fp16,w8a8,16a8w --plain [--work DIR]
+
+`--unit npu` builds the rows for snapdragon's NPU instead (QNN, text at a static 16 tokens, verified on
+the HTP emulator); `--plain` adds, beside each NPU row, the plain hand-written Qualcomm path
+(benchmarks/qnn_plain.py). `--work` keeps the models, cache and logs; `--report` saves the build's JSON.
 
 Every architecture in benchmarks/hf_zoo.py (tiny, seeded, saved offline) goes through one manifest
 (`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json) in each
