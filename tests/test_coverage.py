@@ -58,7 +58,8 @@ def npu_coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     text = manifest(archs, ["fp16", "w8a8"], unit="npu", rows=NPU_ROWS)
     path = make_project(folder / "project", text, "coverage.yaml")
     assert save(archs, folder / "project" / "hf") == {}
-    result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2")
+    # ~4 minutes alone on 2 cores; it timed out at 10 beside a second suite.
+    result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2", timeout=1500)
     assert report, result.err[-3000:]
     return {u["model"]: u for u in report["units"]}
 
