@@ -44,11 +44,11 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
         assert unit["quantization"] == "w8a8"
 
 
-# On the NPU: an encoder whose mask indexing splits the graph into two QNN delegates (BERT), an encoder saved
-# without its decoder (T5), deployc's decoder at a static prefill length, a depth map, a waveform encoder
-# with weight norm (wav2vec2), and DeiT in w8a8 (8.3 dB simulated without the 16-bit rule).
-NPU_ROWS = {("bert", "fp16"), ("t5_encoder", "fp16"), ("llama", "fp16"), ("depth_anything", "fp16"),
-            ("wav2vec2", "fp16"), ("deit", "w8a8")}
+# On the NPU: an encoder whose mask indexing splits the graph into two QNN delegates (BERT), a waveform
+# encoder with weight norm (wav2vec2), and DeiT in w8a8 (its 16-bit rule). Kept to three: six rows (with the
+# T5 encoder, deployc's Llama prefill and Depth Anything, all passing) took 7 min on 2 cores; the benchmark
+# (benchmarks/coverage.py --unit npu) builds them all.
+NPU_ROWS = {("bert", "fp16"), ("wav2vec2", "fp16"), ("deit", "w8a8")}
 
 
 @pytest.fixture(scope="module")
