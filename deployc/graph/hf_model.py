@@ -95,16 +95,6 @@ class FeaturesEmbedding(nn.Module):
         return _pool(self.model(input_features=input_features))
 
 
-def _config_architectures(folder: Path) -> list[str]:
-    import json
-
-    try:
-        names = json.loads((folder / "config.json").read_text()).get("architectures")
-    except (OSError, ValueError):
-        return []
-    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-
-
 def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Module:
     if task == "text-generation":  # deployc's own KV-cache decoder, not transformers' (see decoder.py)
         from deployc.graph.decoder import load_decoder
@@ -126,7 +116,10 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
         raise BuildError(f"task {task} cannot be built from a Hugging Face directory yet")
     loader = classes[task]
     if task == "embedding":  # an encoder saved alone (T5EncoderModel): AutoModel would add a random decoder
-        named = (_config_architectures(folder) or [""])[0]
+        from deployc.load.hf_directory import read
+
+        names = read(folder).config.get("architectures") or [""]
+        named = names[0] if isinstance(names, list) and isinstance(names[0], str) else ""
         if named.endswith("EncoderModel") and hasattr(transformers, named):
             loader = getattr(transformers, named)
     try:
