@@ -3,9 +3,10 @@ save_pretrained (safetensors): what `benchmarks/coverage.py` and the coverage te
 downloaded; the weights are random, so the figures say whether deployc exports, lowers and reproduces
 eager PyTorch for an architecture, not how well a trained model does.
 
-Llama-family decoders (llama, qwen2, gemma, mistral) are built as `text-generation`: deployc's KV-cache
+Llama-family decoders (llama, qwen2, qwen3, gemma, mistral) are built as `text-generation`: deployc's KV-cache
 decoder, verified at the seq dim's points and by greedy token parity. The other decoders (GPT-2,
-GPT-Neo, Phi, OPT) are architectures deployc's decoder lacks; they are built as `embedding` models
+GPT-Neo, Phi, OPT, Bloom, Falcon, Gemma 2/3, Phi-3, Granite, SmolLM3, GLM, ...) are architectures deployc's
+decoder lacks; they are built as `embedding` models
 (their hidden states, mean-pooled), which still exercises their attention and MLP blocks.
 """
 
@@ -22,6 +23,16 @@ IMAGE = {"image_size": 32, "num_labels": 5}
 # Deep, narrow conv nets at the default initializer_range (0.02) output ~1e-27 (MobileNetV2) or exactly 0
 # (EfficientNet): nothing to compare. Theirs is raised until the logits are of a usable size.
 CALIBRATED = ("w8a8", "16a8w", "16a4w")  # static schemes: calibrated on generated samples
+_WAVEFORM = {"hidden_size": 32, "conv_dim": (32, 32), "conv_stride": (5, 2), "conv_kernel": (10, 3),
+             "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4}
+# DETR-style detectors on a two-stage transformers ResNet (their default backbone comes from timm)
+_DETR = {"use_timm_backbone": False, "use_pretrained_backbone": False, "d_model": 32, "encoder_layers": 1,
+         "decoder_layers": 1, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
+         "decoder_ffn_dim": 64, "num_queries": 5, "num_labels": 5}
+
+
+def _resnet_backbone(t: Any) -> Any:
+    return t.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"])
 
 
 @dataclass(frozen=True)
@@ -138,12 +149,169 @@ ARCHS: list[Arch] = [
             out_features=["stage1", "stage2", "stage3", "stage4"], reshape_hidden_states=False),
             reassemble_hidden_size=32, neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16, head_hidden_size=8,
             patch_size=8, initializer_range=0.1))),
+    # Further families a mobile team ships, as far as transformers has them (timm and torchvision cannot be
+    # installed beside torch 2.13's CPU build: docs/benchmarks.md, "Architecture coverage").
+    Arch("mpnet", "encoder", "embedding", lambda t: _text(
+        t, "MPNetConfig", "MPNetModel", hidden_size=32, vocab_size=200, max_position_embeddings=66, **LAYERS)),
+    Arch("xlm_roberta", "encoder", "embedding", lambda t: _text(
+        t, "XLMRobertaConfig", "XLMRobertaModel", hidden_size=32, vocab_size=200, max_position_embeddings=66,
+        pad_token_id=1, **LAYERS)),
+    Arch("camembert", "encoder", "embedding", lambda t: _text(
+        t, "CamembertConfig", "CamembertModel", hidden_size=32, vocab_size=200, max_position_embeddings=66,
+        pad_token_id=1, **LAYERS)),
+    Arch("data2vec_text", "encoder", "embedding", lambda t: _text(
+        t, "Data2VecTextConfig", "Data2VecTextModel", hidden_size=32, vocab_size=200, max_position_embeddings=66,
+        pad_token_id=1, **LAYERS)),
+    Arch("mobilebert", "encoder", "embedding", lambda t: _text(
+        t, "MobileBertConfig", "MobileBertModel", hidden_size=32, embedding_size=16, intra_bottleneck_size=16,
+        true_hidden_size=16, num_feedforward_networks=2, **TEXT, **LAYERS)),
+    Arch("squeezebert", "encoder", "embedding", lambda t: _text(
+        t, "SqueezeBertConfig", "SqueezeBertModel", hidden_size=32, embedding_size=32, q_groups=2, k_groups=2,
+        v_groups=2, post_attention_groups=2, intermediate_groups=2, output_groups=2, **TEXT, **LAYERS)),
+    Arch("convbert", "encoder", "embedding", lambda t: _text(
+        t, "ConvBertConfig", "ConvBertModel", hidden_size=32, embedding_size=32, head_ratio=2, conv_kernel_size=3,
+        **TEXT, **LAYERS)),
+    Arch("roformer", "encoder", "embedding", lambda t: _text(
+        t, "RoFormerConfig", "RoFormerModel", hidden_size=32, embedding_size=32, **TEXT, **LAYERS)),
+    Arch("ernie", "encoder", "embedding", lambda t: _text(
+        t, "ErnieConfig", "ErnieModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("megatron_bert", "encoder", "embedding", lambda t: _text(
+        t, "MegatronBertConfig", "MegatronBertModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("modernbert", "encoder", "embedding", lambda t: _text(
+        t, "ModernBertConfig", "ModernBertModel", hidden_size=32, global_attn_every_n_layers=2, local_attention=16,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, **TEXT, **LAYERS)),
+    Arch("fnet", "encoder", "embedding", lambda t: _text(  # Fourier mixing instead of attention
+        t, "FNetConfig", "FNetModel", hidden_size=32, num_hidden_layers=2, intermediate_size=64, **TEXT)),
+    Arch("rembert", "encoder", "embedding", lambda t: _text(
+        t, "RemBertConfig", "RemBertModel", hidden_size=32, input_embedding_size=16, output_embedding_size=16,
+        **TEXT, **LAYERS)),
+    Arch("esm", "encoder", "embedding", lambda t: _text(  # protein language model: 33 tokens
+        t, "EsmConfig", "EsmModel", hidden_size=32, vocab_size=33, max_position_embeddings=66, pad_token_id=1,
+        mask_token_id=32, **LAYERS)),
+    Arch("funnel", "encoder", "embedding", lambda t: _text(
+        t, "FunnelConfig", "FunnelBaseModel", d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1],
+        vocab_size=200)),
+    Arch("deberta", "encoder", "embedding", lambda t: _text(
+        t, "DebertaConfig", "DebertaModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("big_bird", "encoder", "embedding", lambda t: _text(
+        t, "BigBirdConfig", "BigBirdModel", hidden_size=32, attention_type="original_full", **TEXT, **LAYERS)),
+    Arch("qwen3", "decoder", "text-generation", lambda t: _text(
+        t, "Qwen3Config", "Qwen3ForCausalLM", hidden_size=32, num_key_value_heads=2, head_dim=8, **TEXT, **LAYERS)),
+    Arch("bloom", "decoder", "embedding", lambda t: _text(
+        t, "BloomConfig", "BloomModel", hidden_size=32, n_layer=2, n_head=4, vocab_size=200)),
+    Arch("falcon", "decoder", "embedding", lambda t: _text(
+        t, "FalconConfig", "FalconModel", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=200)),
+    Arch("gpt_neox", "decoder", "embedding", lambda t: _text(
+        t, "GPTNeoXConfig", "GPTNeoXModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("gptj", "decoder", "embedding", lambda t: _text(
+        t, "GPTJConfig", "GPTJModel", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, vocab_size=200, n_positions=64)),
+    Arch("codegen", "decoder", "embedding", lambda t: _text(
+        t, "CodeGenConfig", "CodeGenModel", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, vocab_size=200,
+        n_positions=64, n_ctx=64)),
+    Arch("stablelm", "decoder", "embedding", lambda t: _text(
+        t, "StableLmConfig", "StableLmModel", hidden_size=32, num_key_value_heads=4, **TEXT, **LAYERS)),
+    Arch("gemma2", "decoder", "embedding", lambda t: _text(
+        t, "Gemma2Config", "Gemma2Model", hidden_size=32, num_key_value_heads=2, head_dim=8, **TEXT, **LAYERS)),
+    Arch("gemma3", "decoder", "embedding", lambda t: _text(
+        t, "Gemma3TextConfig", "Gemma3TextModel", hidden_size=32, num_key_value_heads=2, head_dim=8, sliding_window=16,
+        **TEXT, **LAYERS)),
+    Arch("phi3", "decoder", "embedding", lambda t: _text(
+        t, "Phi3Config", "Phi3Model", hidden_size=32, num_key_value_heads=4, pad_token_id=0, **TEXT, **LAYERS)),
+    Arch("granite", "decoder", "embedding", lambda t: _text(
+        t, "GraniteConfig", "GraniteModel", hidden_size=32, num_key_value_heads=2, **TEXT, **LAYERS)),
+    Arch("olmo2", "decoder", "embedding", lambda t: _text(
+        t, "Olmo2Config", "Olmo2Model", hidden_size=32, num_key_value_heads=2, pad_token_id=0, **TEXT, **LAYERS)),
+    Arch("starcoder2", "decoder", "embedding", lambda t: _text(
+        t, "Starcoder2Config", "Starcoder2Model", hidden_size=32, num_key_value_heads=2, sliding_window=None, **TEXT,
+        **LAYERS)),
+    Arch("smollm3", "decoder", "embedding", lambda t: _text(
+        t, "SmolLM3Config", "SmolLM3Model", hidden_size=32, num_key_value_heads=2, pad_token_id=0, **TEXT, **LAYERS)),
+    Arch("glm", "decoder", "embedding", lambda t: _text(
+        t, "GlmConfig", "GlmModel", hidden_size=32, num_key_value_heads=2, head_dim=8, pad_token_id=0, **TEXT,
+        **LAYERS)),
+    Arch("cohere", "decoder", "embedding", lambda t: _text(
+        t, "CohereConfig", "CohereModel", hidden_size=32, num_key_value_heads=2, pad_token_id=0, **TEXT, **LAYERS)),
+    Arch("xglm", "decoder", "embedding", lambda t: _text(
+        t, "XGLMConfig", "XGLMModel", d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, vocab_size=200,
+        max_position_embeddings=64)),
+    Arch("biogpt", "decoder", "embedding", lambda t: _text(
+        t, "BioGptConfig", "BioGptModel", hidden_size=32, **TEXT, **LAYERS)),
+    Arch("mobilenet_v1", "vision", "image-classification", lambda t: _text(
+        t, "MobileNetV1Config", "MobileNetV1ForImageClassification", depth_multiplier=0.25, initializer_range=0.3,
+        **IMAGE)),
+    Arch("levit", "vision", "image-classification", lambda t: _text(
+        t, "LevitConfig", "LevitForImageClassification", image_size=32, hidden_sizes=[16, 32, 48],
+        num_attention_heads=[1, 2, 3], depths=[1, 1, 1], key_dim=[8, 8, 8], patch_size=16, stride=2, kernel_size=3,
+        down_ops=[["Subsample", 8, 2, 4, 2, 2], ["Subsample", 8, 4, 4, 2, 2]], num_labels=5)),
+    Arch("poolformer", "vision", "image-classification", lambda t: _text(
+        t, "PoolFormerConfig", "PoolFormerForImageClassification", hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+        **IMAGE)),
+    Arch("swiftformer", "vision", "image-classification", lambda t: _text(
+        t, "SwiftFormerConfig", "SwiftFormerForImageClassification", embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+        **IMAGE)),
+    Arch("bit", "vision", "image-classification", lambda t: _text(
+        t, "BitConfig", "BitForImageClassification", embedding_size=8, hidden_sizes=[8, 16, 24, 32],
+        depths=[1, 1, 1, 1], num_groups=4, **IMAGE)),
+    Arch("convnext_v2", "vision", "image-classification", lambda t: _text(
+        t, "ConvNextV2Config", "ConvNextV2ForImageClassification", num_stages=2, hidden_sizes=[8, 16], depths=[1, 1],
+        **IMAGE)),
+    Arch("data2vec_vision", "vision", "image-classification", lambda t: _text(
+        t, "Data2VecVisionConfig", "Data2VecVisionForImageClassification", patch_size=8, hidden_size=32,
+        use_mean_pooling=True, **IMAGE, **LAYERS)),
+    Arch("vit_msn", "vision", "image-classification", lambda t: _text(
+        t, "ViTMSNConfig", "ViTMSNForImageClassification", patch_size=8, hidden_size=32, **IMAGE, **LAYERS)),
+    Arch("ijepa", "vision", "image-classification", lambda t: _text(
+        t, "IJepaConfig", "IJepaForImageClassification", patch_size=8, hidden_size=32, **IMAGE, **LAYERS)),
+    Arch("textnet", "vision", "image-classification", lambda t: _text(
+        t, "TextNetConfig", "TextNetForImageClassification", num_labels=5, initializer_range=0.3)),
+    Arch("hgnet_v2", "vision", "image-classification", lambda t: _text(
+        t, "HGNetV2Config", "HGNetV2ForImageClassification", num_labels=5, initializer_range=0.3)),
+    Arch("pvt_v2", "vision", "image-classification", lambda t: _text(
+        t, "PvtV2Config", "PvtV2ForImageClassification", image_size=32, num_encoder_blocks=2, depths=[1, 1],
+        sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2], num_labels=5)),
+    Arch("clip_vision", "vision", "image-embedding", lambda t: _text(
+        t, "CLIPVisionConfig", "CLIPVisionModel", image_size=32, patch_size=8, hidden_size=32, **LAYERS)),
+    Arch("siglip_vision", "vision", "image-embedding", lambda t: _text(
+        t, "SiglipVisionConfig", "SiglipVisionModel", image_size=32, patch_size=8, hidden_size=32, **LAYERS)),
+    Arch("dpt", "vision", "depth-estimation", lambda t: _text(
+        t, "DPTConfig", "DPTForDepthEstimation", image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=4,
+        num_attention_heads=4, intermediate_size=64, neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
+        backbone_out_indices=[0, 1, 2, 3], head_in_index=-1)),
+    Arch("glpn", "vision", "depth-estimation", lambda t: _text(
+        t, "GLPNConfig", "GLPNForDepthEstimation", num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+        hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+        decoder_hidden_size=16, image_size=32)),
+    Arch("yolos", "vision", "object-detection", lambda t: _text(
+        t, "YolosConfig", "YolosForObjectDetection", image_size=[32, 32], patch_size=8, hidden_size=32,
+        num_detection_tokens=5, num_labels=5, **LAYERS)),
+    Arch("detr", "vision", "object-detection", lambda t: _text(
+        t, "DetrConfig", "DetrForObjectDetection", **_DETR, backbone_config=_resnet_backbone(t))),
+    Arch("conditional_detr", "vision", "object-detection", lambda t: _text(
+        t, "ConditionalDetrConfig", "ConditionalDetrForObjectDetection", **_DETR, backbone_config=_resnet_backbone(t))),
+    Arch("rt_detr", "vision", "object-detection", lambda t: _text(
+        t, "RTDetrConfig", "RTDetrForObjectDetection", backbone_config=t.RTDetrResNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+            out_features=["stage2", "stage3", "stage4"]),
+        encoder_in_channels=[16, 24, 32], encoder_hidden_dim=16, d_model=16, encoder_layers=1, decoder_layers=1,
+        num_queries=5, num_labels=5, encoder_ffn_dim=32, decoder_ffn_dim=32, num_feature_levels=3, decoder_n_points=2,
+        decoder_in_channels=[16, 16, 16], encoder_attention_heads=2, decoder_attention_heads=2,
+        anchor_image_size=None)),
+    Arch("wav2vec2_conformer", "audio", "audio-embedding", lambda t: _text(
+        t, "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel", conv_depthwise_kernel_size=3, **_WAVEFORM, **LAYERS)),
+    Arch("unispeech", "audio", "audio-embedding", lambda t: _text(
+        t, "UniSpeechConfig", "UniSpeechModel", **_WAVEFORM, **LAYERS)),
+    Arch("unispeech_sat", "audio", "audio-embedding", lambda t: _text(
+        t, "UniSpeechSatConfig", "UniSpeechSatModel", **_WAVEFORM, **LAYERS)),
+    Arch("wavlm", "audio", "audio-embedding", lambda t: _text(t, "WavLMConfig", "WavLMModel", **_WAVEFORM, **LAYERS)),
+    Arch("data2vec_audio", "audio", "audio-embedding", lambda t: _text(
+        t, "Data2VecAudioConfig", "Data2VecAudioModel", **_WAVEFORM, **LAYERS)),
+    Arch("sew", "audio", "audio-embedding", lambda t: _text(
+        t, "SEWConfig", "SEWModel", squeeze_factor=2, **_WAVEFORM, **LAYERS)),
     Arch("wav2vec2", "audio", "audio-embedding", lambda t: _text(
-        t, "Wav2Vec2Config", "Wav2Vec2Model", hidden_size=32, conv_dim=(32, 32), conv_stride=(5, 2),
-        conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **LAYERS)),
+        t, "Wav2Vec2Config", "Wav2Vec2Model", **_WAVEFORM, **LAYERS)),
     Arch("hubert", "audio", "audio-embedding", lambda t: _text(
-        t, "HubertConfig", "HubertModel", hidden_size=32, conv_dim=(32, 32), conv_stride=(5, 2),
-        conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **LAYERS)),
+        t, "HubertConfig", "HubertModel", **_WAVEFORM, **LAYERS)),
     Arch("whisper", "audio", "audio-embedding", lambda t: _text(
         t, "WhisperConfig", "WhisperModel", vocab_size=200, d_model=32, encoder_layers=2, decoder_layers=1,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,

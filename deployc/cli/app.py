@@ -62,7 +62,8 @@ def init(
     model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
     task: Annotated[str | None, typer.Option(
         "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding, "
-                       "depth-estimation or audio-embedding (default: what config.json's architectures say)")] = None,
+                       "depth-estimation, object-detection or audio-embedding (default: what config.json's "
+                       "architectures say)")] = None,
     targets: Annotated[list[str], typer.Option(
         "--target", help="a target profile (repeatable; default: every profile `deployc targets list` shows)")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(

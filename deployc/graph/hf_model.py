@@ -73,6 +73,18 @@ class DepthMap(nn.Module):
         return self.model(pixel_values=pixel_values).predicted_depth
 
 
+class Detections(nn.Module):
+    """DETR-style detectors: per query slot, class scores and a box (cx, cy, w, h, relative to the image)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(pixel_values=pixel_values)
+        return out.logits, out.pred_boxes
+
+
 class WaveformEmbedding(nn.Module):
     """wav2vec2-style encoders: raw 16 kHz samples in."""
 
@@ -111,6 +123,7 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
                "image-classification": transformers.AutoModelForImageClassification,
                "image-embedding": transformers.AutoModel,
                "depth-estimation": transformers.AutoModelForDepthEstimation,
+               "object-detection": transformers.AutoModelForObjectDetection,
                "audio-embedding": transformers.AutoModel}
     if task not in classes:
         raise BuildError(f"task {task} cannot be built from a Hugging Face directory yet")
@@ -141,6 +154,8 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
         return ImageEmbedding(model)
     if task == "depth-estimation":
         return DepthMap(model)
+    if task == "object-detection":
+        return Detections(model)
     if hasattr(model, "get_encoder") and hasattr(model.config, "num_mel_bins"):  # an encoder-decoder (Whisper)
         return FeaturesEmbedding(model.get_encoder())
     return WaveformEmbedding(model)

@@ -11,6 +11,7 @@ import torch
 
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
+from deployc.graph.position_buckets import constant_position_buckets
 from deployc.plan.build_plan import LoadModel
 
 
@@ -83,6 +84,7 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
             first = next(iter(str(exc).strip().splitlines()), "")
             raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
     _bake_parametrizations(model)
+    constant_position_buckets(model)
     # Inference only. Parameters that require grad make lowering refuse in-place buffer updates (a
     # KV cache written with index_copy_: "a leaf Variable that requires grad is being used in an
     # in-place operation").

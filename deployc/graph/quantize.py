@@ -30,15 +30,40 @@ def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None
     return model
 
 
-def quantize_embeddings(model: torch.nn.Module, config: Any, group_size: int | None) -> list[str]:
+def looked_up_embeddings(model: torch.nn.Module, example: list[torch.Tensor]) -> set[int]:
+    """The embedding modules one eager call on the example calls as lookups (by id). DETR-style models
+    read a table as a plain tensor (learned queries: `embedding.weight.unsqueeze(0)`), which a quantized
+    table does not support ("IntxUnpackedToInt8Tensor ... aten.unsqueeze"): those stay float."""
+    called: set[int] = set()
+    hooks = [m.register_forward_hook(lambda m, i, o: called.add(id(m)))
+             for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    state = [(b, b.clone()) for b in model.buffers()]  # a KV cache is written by the call: put back
+    try:
+        with torch.no_grad():
+            model(*example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        with torch.no_grad():
+            for buffer, saved in state:
+                buffer.copy_(saved)
+    return called
+
+
+def quantize_embeddings(model: torch.nn.Module, config: Any, group_size: int | None,
+                        looked_up: set[int] | None = None) -> list[str]:
     """Quantize the model's embedding tables (weight-only) in place; returns the tables that stayed
-    float because their width does not divide into the groups."""
+    float because their width does not divide into the groups or the model reads them as tensors
+    (not in `looked_up`, when given)."""
     from torchao.quantization import quantize_
 
     skipped: list[str] = []
 
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         if not isinstance(module, torch.nn.Embedding):
+            return False
+        if looked_up is not None and id(module) not in looked_up:
+            skipped.append(fqn)
             return False
         if group_size is not None and module.embedding_dim % group_size:
             skipped.append(fqn)

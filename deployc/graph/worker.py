@@ -146,6 +146,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     from deployc.graph.model import load_model
     from deployc.graph.quantize import (
         calibration_samples,
+        looked_up_embeddings,
         pt2e_quantize,
         quantize_embeddings,
         share_tied_int4_tables,
@@ -222,7 +223,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         if recipe.embedding_bits:
             share_tied_int4_tables(model, tied)
             group = recipe.group_size if recipe.embedding_bits == 4 else None
-            quantize_embeddings(model, backend.embedding_quantizer(recipe), group)
+            quantize_embeddings(model, backend.embedding_quantizer(recipe), group,
+                                looked_up_embeddings(model, examples["forward"]))
         lap("quantize")
         at("export")
     programs = {name: export_model(model if name == "forward" else MethodModule(model, function), examples[name],

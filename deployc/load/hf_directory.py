@@ -19,9 +19,12 @@ from deployc.core.errors import DeploycError
 # What each task makes of a directory. The manifest's `task` picks one; the build wraps the matching
 # transformers class so that the program takes and returns plain tensors.
 TASKS = ("embedding", "text-classification", "text-generation", "image-classification", "image-embedding",
-         "depth-estimation", "audio-embedding")
+         "depth-estimation", "object-detection", "audio-embedding")
 TEXT_TASKS = ("embedding", "text-classification", "text-generation")
-IMAGE_TASKS = ("image-classification", "image-embedding", "depth-estimation")
+IMAGE_TASKS = ("image-classification", "image-embedding", "depth-estimation", "object-detection")
+# Detectors that score a "no object" class beside the labels (a softmax over num_labels + 1); the others
+# (Conditional/Deformable DETR, RT-DETR, D-FINE) score each label alone (sigmoid).
+_NO_OBJECT_CLASS = {"detr", "table-transformer", "yolos"}
 
 # Models whose position ids start after the padding index: two positions fewer than the table holds.
 _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart", "data2vec-text"}
@@ -164,6 +167,12 @@ def derive(model: HfModel, task: str) -> dict[str, Any]:
             outputs = {"logits": {"shape": [1, _labels(model)]}}
         elif task == "depth-estimation":  # one relative depth per pixel of the input
             outputs = {"depth": {"shape": [1, size, size]}}
+        elif task == "object-detection":  # a fixed set of query slots, each a class score row and a box
+            queries = _get(c, "num_queries", "num_detection_tokens")
+            if not isinstance(queries, int):
+                raise HfProblem("config.json gives no num_queries (or num_detection_tokens) for the detections")
+            classes = _labels(model) + (1 if model.model_type in _NO_OBJECT_CLASS else 0)
+            outputs = {"logits": {"shape": [1, queries, classes]}, "boxes": {"shape": [1, queries, 4]}}
         else:
             hidden = _hidden(model)
             if hidden is None:

@@ -179,7 +179,7 @@ class MethodSpec(Frozen):
 
 
 Task = Literal["embedding", "text-generation", "classification", "text-classification", "image-classification",
-               "image-embedding", "depth-estimation", "audio-embedding", "other"]
+               "image-embedding", "depth-estimation", "object-detection", "audio-embedding", "other"]
 
 
 class ModelSpec(Frozen):

@@ -34,6 +34,7 @@ _CONV_FAMILIES = {"resnet", "mobilenet_v1", "mobilenet_v2", "efficientnet", "con
 _HEADS = (("ForSequenceClassification", "text-classification"),
           ("ForImageClassificationWithTeacher", "image-classification"),
           ("ForImageClassification", "image-classification"), ("ForDepthEstimation", "depth-estimation"),
+          ("ForObjectDetection", "object-detection"),
           ("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"))
 # Heads that are an encoder plus something deployc drops: their base model is an embedding model.
 _ENCODER_HEADS = ("Model", "ForMaskedLM", "ForPreTraining", "ForTokenClassification", "ForQuestionAnswering",

@@ -1,0 +1,62 @@
+"""T5-style relative position buckets as constants when the lengths are static.
+
+T5 (and mt5, umt5, switch_transformers, ...) computes each attention bias from a bucket index:
+arange, subtract, abs, log of the distance, clamp, where. At a static length all of it is a constant,
+but exported as is it reaches the backend as int64 arithmetic and a log of zero (the distance of a
+token to itself): quantized, the observer records -inf and QNN refuses the graph ("Output def has a bad
+scale" on an ElementWiseLog). Here the bucket of every distance is computed once, eagerly, by the
+model's own `_relative_position_bucket`, and a static call looks its indices up: the exported graph
+keeps only the embedding lookup of a constant index, and the bias is the same tensor eager computes.
+Calls with symbolic lengths (dynamic dims on the CPU) keep the model's own code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+_SIGNATURE = ["query_length", "key_length", "device", "past_seen_tokens"]
+
+
+def _is_t5_style(module: torch.nn.Module) -> bool:
+    compute = getattr(module, "compute_bias", None)
+    reach, buckets = (getattr(module, n, None) for n in ("relative_attention_max_distance",
+                                                           "relative_attention_num_buckets"))
+    return bool(isinstance(getattr(module, "relative_attention_bias", None), torch.nn.Embedding)
+                and callable(getattr(module, "_relative_position_bucket", None)) and callable(compute)
+                and list(inspect.signature(compute).parameters) == _SIGNATURE
+                # the saturation below holds when the exact range (half the buckets, or a quarter) ends first
+                and isinstance(reach, int) and isinstance(buckets, int) and reach >= buckets)
+
+
+def _static_compute_bias(module: Any) -> Any:
+    reach: int = module.relative_attention_max_distance
+    # Every bucket saturates at max_distance (the log term reaches num_buckets and is clamped), so
+    # distances beyond it share the bucket at +-reach.
+    table: list[int] = module._relative_position_bucket(
+        torch.arange(-reach, reach + 1), bidirectional=not module.is_decoder,
+        num_buckets=module.relative_attention_num_buckets, max_distance=reach).tolist()
+    original = module.compute_bias
+
+    def compute_bias(query_length: Any, key_length: Any, device: Any = None, past_seen_tokens: Any = 0) -> Any:
+        if not all(isinstance(v, int) for v in (query_length, key_length, past_seen_tokens)):
+            return original(query_length, key_length, device, past_seen_tokens)
+        rows = [[table[min(max(k - q - past_seen_tokens, -reach), reach) + reach] for k in range(key_length)]
+                for q in range(query_length)]
+        weight = module.relative_attention_bias.weight
+        buckets = torch.tensor(rows, dtype=torch.long, device=device if device is not None else weight.device)
+        return module.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
+
+    return compute_bias
+
+
+def constant_position_buckets(model: torch.nn.Module) -> int:
+    """Rewrite every T5-style attention of the model; returns how many were rewritten."""
+    rewritten = 0
+    for module in model.modules():
+        if _is_t5_style(module):
+            module.compute_bias = _static_compute_bias(module)
+            rewritten += 1
+    return rewritten

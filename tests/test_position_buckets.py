@@ -1,0 +1,62 @@
+"""T5-style relative position buckets turned into constants for static lengths
+(deployc/graph/position_buckets.py): the bias equals the model's own at every length and offset, the
+exported graph at a static length has no log (whose log(0) broke QNN's quantized T5), and symbolic
+lengths keep the model's code."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from deployc.graph.position_buckets import constant_position_buckets  # noqa: E402
+
+CONFIG = {"vocab_size": 50, "d_model": 16, "d_kv": 4, "d_ff": 32, "num_layers": 1, "num_heads": 2,
+          "decoder_start_token_id": 0, "relative_attention_num_buckets": 8,
+          "relative_attention_max_distance": 12}
+
+
+def _attentions(model):
+    return [m for m in model.modules() if getattr(m, "has_relative_attention_bias", False)]
+
+
+def test_bias_equals_the_models_own_at_every_length_and_offset():
+    torch.manual_seed(0)
+    model = transformers.T5Model(transformers.T5Config(**CONFIG)).eval()
+    attentions = _attentions(model)
+    assert {a.is_decoder for a in attentions} == {False, True}  # both bucket rules: bidirectional and causal
+    cases = [(q, k, past) for q in (1, 3, 12, 40) for k in (1, 12, 40) for past in (0, 5)]
+    expected = {(id(a), c): a.compute_bias(c[0], c[1], past_seen_tokens=c[2]) for a in attentions for c in cases}
+    assert constant_position_buckets(model) == 2
+    for a in attentions:
+        for c in cases:
+            assert torch.equal(a.compute_bias(c[0], c[1], past_seen_tokens=c[2]), expected[id(a), c]), c
+
+
+def test_static_export_has_no_log_and_the_same_outputs():
+    torch.manual_seed(0)
+    model = transformers.T5EncoderModel(transformers.T5Config(**CONFIG)).eval()
+    ids = torch.randint(0, 50, (1, 10))
+    before = model(input_ids=ids).last_hidden_state
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(input_ids=x).last_hidden_state
+
+    def ops():
+        graph = torch.export.export(Hidden(), (ids,), strict=False).graph
+        return {str(n.target) for n in graph.nodes if n.op == "call_function"}
+
+    assert "aten.log.default" in ops()
+    constant_position_buckets(model)
+    assert "aten.log.default" not in ops()
+    assert torch.equal(model(input_ids=ids).last_hidden_state, before)
+    seq = torch.export.Dim("seq", min=2, max=32)  # symbolic: the model's own code, still exportable
+    dynamic = torch.export.export(Hidden(), (ids,), dynamic_shapes=({1: seq},), strict=False)
+    assert "aten.log.default" in {str(n.target) for n in dynamic.graph.nodes if n.op == "call_function"}
+    assert torch.allclose(dynamic.module()(ids[:, :7]), model(input_ids=ids[:, :7]).last_hidden_state)
