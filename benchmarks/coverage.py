@@ -80,7 +80,7 @@ def main() -> None:
         units = {u["model"]: u for u in json.loads(proc.stdout)["units"]}
         plain = _plain_rows(work, made, schemes, int(args.jobs)) if args.plain and args.unit == "npu" else {}
     columns = [(s, "") for s in schemes] + ([(s, " plain") for s in schemes] if plain else [])
-    print(f"{'architecture':<14} {'family':<8} " + " ".join(f"{s + p:<34}" for s, p in columns))
+    print(f"{'architecture':<19} {'family':<8} " + " ".join(f"{s + p:<34}" for s, p in columns))
     verified = dict.fromkeys(schemes, 0)
     plain_verified = dict.fromkeys(schemes, 0)
     for arch in archs:
@@ -93,7 +93,7 @@ def main() -> None:
             cell = plain.get((arch.name, s), "not made")
             plain_verified[s] += cell.startswith("ok")
             cells.append(f"{cell:<34}")
-        print(f"{arch.name:<14} {arch.family:<8} " + " ".join(cells))
+        print(f"{arch.name:<19} {arch.family:<8} " + " ".join(cells))
     print()
     print(", ".join(f"{s}: {verified[s]}/{len(archs)} verified" for s in schemes)
           + f" ({len(made) * len(schemes)} programs in {elapsed:.0f} s, {args.jobs} jobs)")

@@ -1,0 +1,69 @@
+"""What deployc changes in a model before export, held to eager without lowering anything: weight norm
+baked into plain weights (deployc/graph/model.py), and embedding tables the model reads as tensors kept
+float when the others are quantized (deployc/graph/quantize.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from deployc.graph.model import _bake_parametrizations  # noqa: E402
+from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
+
+
+def test_weight_norm_is_baked_to_the_weight_eager_computes() -> None:
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3, groups=2), dim=2)
+    model = torch.nn.Sequential(conv, torch.nn.GELU()).eval()
+    x = torch.randn(1, 4, 20)
+    before = model(x)
+    _bake_parametrizations(model)
+    assert not torch.nn.utils.parametrize.is_parametrized(conv)
+    assert isinstance(conv.weight, torch.nn.Parameter) and "weight" in dict(conv.named_parameters())
+    assert torch.equal(model(x), before)
+    graph = torch.export.export(model, (x,), strict=False).graph  # the weight is an input, not computed
+    assert not {str(n.target) for n in graph.nodes if n.op == "call_function"} & {
+        "aten._weight_norm_interface.default", "aten.norm.ScalarOpt_dim", "aten.linalg_vector_norm.default"}
+
+
+class Queries(torch.nn.Module):
+    """DETR's shape: token embeddings looked up, learned queries read as a tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(10, 8)
+        self.queries = torch.nn.Embedding(4, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tokens(ids).sum(1, keepdim=True) + self.queries.weight.unsqueeze(0)
+
+
+def test_tables_read_as_tensors_stay_float_and_the_model_still_exports() -> None:
+    from deployc.targets.backends.base import embedding_weights
+
+    torch.manual_seed(0)
+    model = Queries().eval()
+    ids = torch.tensor([[1, 2, 3]])
+    assert looked_up_embeddings(model, [ids]) == {id(model.tokens)}
+    skipped = quantize_embeddings(model, embedding_weights(8, None), None,
+                                  looked_up_embeddings(model, [ids]))
+    assert skipped == ["queries"]
+    assert type(model.queries.weight.data) is torch.Tensor and type(model.tokens.weight.data) is not torch.Tensor
+    torch.export.export(model, (ids,), strict=False)
+
+
+def test_a_buffer_the_call_writes_is_put_back() -> None:
+    class Cache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Embedding(5, 2)
+            self.register_buffer("cache", torch.zeros(3, 2))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            self.cache.index_copy_(0, torch.tensor([0]), self.table(ids)[0])
+            return self.cache
+
+    model = Cache()
+    looked_up_embeddings(model, [torch.tensor([[4]])])
+    assert torch.equal(model.cache, torch.zeros(3, 2))
