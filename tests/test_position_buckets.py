@@ -1,7 +1,7 @@
 """T5-style relative position buckets turned into constants for static lengths
 (deployc/graph/position_buckets.py): the bias equals the model's own at every length and offset, the
-exported graph at a static length has no log (whose log(0) broke QNN's quantized T5), and symbolic
-lengths keep the model's code."""
+exported graph at a static length has no log (whose log(0) broke QNN's quantized T5) and no int64
+negation (MPNet's, which the HTP has no kernel for), and symbolic lengths keep the model's code."""
 
 from __future__ import annotations
 
@@ -60,3 +60,30 @@ def test_static_export_has_no_log_and_the_same_outputs():
     dynamic = torch.export.export(Hidden(), (ids,), dynamic_shapes=({1: seq},), strict=False)
     assert "aten.log.default" in {str(n.target) for n in dynamic.graph.nodes if n.op == "call_function"}
     assert torch.allclose(dynamic.module()(ids[:, :7]), model(input_ids=ids[:, :7]).last_hidden_state)
+
+
+def test_mpnet_bias_is_the_same_and_its_graph_has_no_log_or_negation():
+    torch.manual_seed(0)
+    model = transformers.MPNetModel(transformers.MPNetConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=300)).eval()
+    encoder = model.encoder
+    expected = {n: encoder.compute_position_bias(torch.zeros(2, n, 16)) for n in (1, 7, 200)}
+    ids = torch.randint(3, 50, (1, 9))
+    before = model(input_ids=ids).last_hidden_state
+    assert constant_position_buckets(model) == 1
+    for n, bias in expected.items():
+        assert torch.equal(encoder.compute_position_bias(torch.zeros(2, n, 16)), bias), n
+    assert torch.equal(model(input_ids=ids).last_hidden_state, before)
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(input_ids=x).last_hidden_state
+
+    graph = torch.export.export(Hidden(), (ids,), strict=False).graph
+    assert not {str(n.target) for n in graph.nodes if n.op == "call_function"} & {"aten.log.default",
+                                                                                   "aten.neg.default"}

@@ -32,6 +32,7 @@ class Project:
     doc: Document
     profiles: dict[str, LoadedProfile]  # keyed by the manifest's target reference
     derived: dict[str, tuple[str, ...]] = field(default_factory=dict)  # model -> fields taken from its directory
+    architectures: dict[str, str] = field(default_factory=dict)  # model -> its directory's model_type
 
     @property
     def folder(self) -> Path:
@@ -110,11 +111,13 @@ def _load_profiles(refs: list[str], doc: Document, folder: Path, env: Mapping[st
     return profiles
 
 
-def _from_directories(m: Manifest, doc: Document, folder: Path,
-                      problems: list[Diagnostic]) -> tuple[Manifest, dict[str, tuple[str, ...]]]:
-    """The manifest with what each Hugging Face source's config implies for the fields left out."""
+def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[Diagnostic]
+                      ) -> tuple[Manifest, dict[str, tuple[str, ...]], dict[str, str]]:
+    """The manifest with what each Hugging Face source's config implies for the fields left out; the
+    fields taken, and each directory's model_type, by model."""
     models = dict(m.models)
     derived: dict[str, tuple[str, ...]] = {}
+    architectures: dict[str, str] = {}
     for name, spec in m.models.items():
         where = spec.source.huggingface
         if where is None:
@@ -126,10 +129,12 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
                                                 f"{', '.join(hf_directory.TASKS)}; got {spec.task}"))
             continue
         try:
-            implied = hf_directory.derive(hf_directory.read(folder / where), spec.task)
+            directory = hf_directory.read(folder / where)
+            implied = hf_directory.derive(directory, spec.task)
         except hf_directory.HfProblem as exc:
             problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {exc}"))
             continue
+        architectures[name] = directory.model_type
         if spec.inputs and list(spec.inputs) != list(implied["inputs"]):
             problems.append(Diagnostic(doc.locate(("models", name, "inputs")), f"models.{name}.inputs: a Hugging "
                                        f"Face {spec.task} model takes {', '.join(implied['inputs'])} (in this order); "
@@ -165,7 +170,7 @@ def _from_directories(m: Manifest, doc: Document, folder: Path,
         if update:
             models[name] = spec.model_copy(update=update)
             derived[name] = tuple(sorted(update))
-    return m.model_copy(update={"models": models}), derived
+    return m.model_copy(update={"models": models}), derived, architectures
 
 
 def _int(value: object) -> int:
@@ -210,7 +215,7 @@ def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | N
     if paths:  # nothing is looked up on disk through a path the file system would refuse
         raise UserError(_sorted(paths))
     problems = []
-    manifest, derived = _from_directories(manifest, doc, folder, problems)
+    manifest, derived, architectures = _from_directories(manifest, doc, folder, problems)
     problems.extend(check_references(manifest, doc))
     profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
     problems.extend(_check_sources(manifest, doc, folder))
@@ -218,4 +223,4 @@ def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | N
     problems.extend(check_pipeline(manifest, doc, folder))
     if problems:
         raise UserError(_sorted(problems))
-    return Project(path, manifest, doc, profiles, derived)
+    return Project(path, manifest, doc, profiles, derived, architectures)

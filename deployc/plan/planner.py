@@ -129,6 +129,9 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
     if not toolchain.backends[unit.backend].usable:
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
+    refused = backend.refusal(r.architecture, scheme) if r.architecture else None
+    if refused:
+        return None, f"cannot build {r.architecture} in {scheme}: {refused}"
     if r.spec.weights == "external" and not backend.external_weights:
         return None, "keeps its weights inside its delegate; the model asks for weights: external"
     if not backend.multi_method and (r.spec.methods or r.spec.constants):

@@ -42,6 +42,7 @@ class ResolvedModel:
     unit_at: Location | None
     tolerances: Tolerances
     dims: dict[str, DimSpec]  # the model's dims with this target's overrides applied
+    architecture: str | None = None  # a Hugging Face source's model_type
 
     @property
     def dynamic_dims(self) -> list[str]:
@@ -83,5 +84,6 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 unit=unit, unit_at=unit_at,
                 tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
                 dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
-                                     for n, d in (ov.dims if ov else {}).items()}}))
+                                     for n, d in (ov.dims if ov else {}).items()}},
+                architecture=project.architectures.get(name)))
     return out

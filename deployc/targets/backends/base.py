@@ -93,6 +93,9 @@ class BackendBase:
         """Problems with a profile unit's `options`: (option name, message, hint)."""
         return []
 
+    def refusal(self, architecture: str, scheme: str) -> str | None:
+        return None
+
     def recipe(self, quant: QuantSpec) -> Recipe | None:
         """The recipe for a manifest's quantization; None when this backend cannot build the scheme."""
         method = self.methods.get(quant.scheme)
