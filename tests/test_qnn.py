@@ -6,6 +6,7 @@ installs the libraries (`deployc[qnn]`'s pin is in the test extra)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,39 @@ def test_a_rebuild_goes_straight_to_the_fallback(npu: Built) -> None:
     u = next(u for u in json.loads(proc.stdout)["units"] if u["model"] == "torch_layer")
     assert (u["unit"], u["status"]) == ("gpu", "cached")
     assert [f["unit"] for f in u["fell_back_from"]] == ["npu"]
+
+
+FNET = """\
+apiVersion: deployc/v1
+name: mixer
+version: 0.1.0
+targets: [snapdragon]
+models:
+  fnet:
+    task: embedding
+    source: {huggingface: hf/fnet}
+    quantization: fp16
+    overrides:
+      snapdragon: {dims: {seq: {min: 16, max: 16}}PIN}
+"""
+
+
+def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_the_op_named(
+        project: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """Known before lowering (qnn.REFUSED): plan reads config.json's model_type, nothing is imported."""
+    folder = project / "hf" / "fnet"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "fnet", "architectures": ["FNetModel"],
+                                                    "vocab_size": 50, "hidden_size": 16,
+                                                    "max_position_embeddings": 32}))
+    (folder / "model.safetensors").write_bytes(b"")  # plan never reads the weights
+    (project / "m.yaml").write_text(FNET.replace("PIN", ""))
+    r = cli("plan", "m.yaml")
+    assert r.code == 0, r.err
+    assert "fnet on snapdragon: skipped npu (qnn): cannot build fnet in fp16: aten._fft_c2c" in r.out
+    assert re.search(r"fnet\s+│ snapdragon │ gpu\s+│ vulkan", r.out), r.out
+    (project / "m.yaml").write_text(FNET.replace("PIN", ", unit: npu"))
+    r = cli("plan", "m.yaml")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "m.yaml:11" in r.err and "leave the unit out" in r.err and "models.fnet.overrides.snapdragon.unit: unit 'npu' (qnn) cannot build this " \
+        "model: cannot build fnet in fp16: aten._fft_c2c" in r.err

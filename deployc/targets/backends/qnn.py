@@ -29,6 +29,13 @@ CONTEXT_STAMP_BYTES = 8
 # w8a8 on the NPU keeps these kinds of operator's activations at 16 bits, every other at 8 (measured
 # per kind of operator with benchmarks/qnn_sensitivity.py; docs/qnn.md "w8a8's 16-bit operators").
 W8A8_16BIT_OPS: frozenset[str] = frozenset({"add", "layer_norm"})
+# Architectures (a directory's model_type) the HTP does not take, measured with benchmarks/coverage.py
+# --unit npu: the schemes (None: all) and what fails, naming the op. The planner passes the unit over
+# before lowering anything (docs/qnn.md, "Refused at plan time").
+REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
+    "fnet": (None, "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, has no QNN op (the "
+                   "partitioner: 'No node visitor, unsupported'), so the program cannot be fully delegated"),
+}
 
 
 def op_kind(node: Any) -> str:
@@ -68,6 +75,10 @@ class Qnn(BackendBase):
             return [("htp_arch", f"{soc} has HTP v{socs[soc]}, not v{arch}",
                      f"htp_arch: {socs[soc]} (or leave it out)")]
         return []
+
+    def refusal(self, architecture: str, scheme: str) -> str | None:
+        schemes, why = REFUSED.get(architecture, (frozenset(), ""))
+        return why if schemes is None or scheme in schemes else None
 
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
         soc = _soc(options)
