@@ -229,3 +229,25 @@ def test_a_safetensors_checkpoint_loads_over_a_factory_model(tmp_path: Path) -> 
     result, report = build_json(manifest, tmp_path / "dist2", tmp_path / "cache")
     assert result.code == 2 and report == {}
     assert ": error: models.net.source.checkpoint.sha256: w.safetensors has sha256 " in result.err
+
+
+@pytest.mark.parametrize("config,logits", [
+    ({"model_type": "detr", "num_queries": 7, "num_labels": 3}, [1, 7, 4]),  # softmax: + the "no object" class
+    ({"model_type": "yolos", "num_detection_tokens": 5, "id2label": {"0": "a", "1": "b"}, "image_size": [32, 32]},
+     [1, 5, 3]),
+    ({"model_type": "rt_detr", "num_queries": 300, "num_labels": 80}, [1, 300, 80]),  # sigmoid: the labels alone
+])
+def test_a_detector_directory_implies_scores_and_boxes_per_query(tmp_path: Path, config: dict, logits: list) -> None:
+    from deployc.load.hf_directory import HfModel, derive
+
+    implied = derive(HfModel(tmp_path, config, ()), "object-detection")
+    size = 32 if "image_size" in config else 224
+    assert implied["inputs"]["pixel_values"]["shape"] == [1, 3, size, size]
+    assert implied["outputs"] == {"logits": {"shape": logits}, "boxes": {"shape": [1, logits[1], 4]}}
+
+
+def test_a_detector_without_queries_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from deployc.load.hf_directory import HfModel, HfProblem, derive
+
+    with pytest.raises(HfProblem, match="num_queries"):
+        derive(HfModel(tmp_path, {"model_type": "detr"}, ()), "object-detection")
