@@ -251,3 +251,13 @@ def test_a_detector_without_queries_is_refused_with_the_reason(tmp_path: Path) -
 
     with pytest.raises(HfProblem, match="num_queries"):
         derive(HfModel(tmp_path, {"model_type": "detr"}, ()), "object-detection")
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "mpnet", "esm"])
+def test_models_whose_positions_start_after_the_padding_index_get_two_fewer_tokens(tmp_path: Path,
+                                                                                   model_type: str) -> None:
+    """Measured: MPNet and ESM index their 66-position table out of range at 65 tokens, like RoBERTa."""
+    from deployc.load.hf_directory import HfModel, derive
+
+    config = {"model_type": model_type, "vocab_size": 40, "hidden_size": 16, "max_position_embeddings": 66}
+    assert derive(HfModel(tmp_path, config, ()), "embedding")["dims"]["seq"] == {"min": 2, "max": 64}

@@ -27,7 +27,8 @@ IMAGE_TASKS = ("image-classification", "image-embedding", "depth-estimation", "o
 _NO_OBJECT_CLASS = {"detr", "table-transformer", "yolos"}
 
 # Models whose position ids start after the padding index: two positions fewer than the table holds.
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart", "data2vec-text"}
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart", "data2vec-text", "mpnet",
+                     "esm"}
 
 
 @dataclass(frozen=True)
