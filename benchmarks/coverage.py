@@ -67,7 +67,9 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         not_made = save(archs, work / "hf")
         made = [a for a in archs if a.name not in not_made]
-        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit))
+        refused = _refused(work, made, schemes) if args.unit == "npu" else {}
+        rows = {(a.name, s) for a in made for s in schemes} - set(refused)
+        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit, rows=rows))
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "deployc", "build", "coverage.yaml", "--json", "--jobs",
                                args.jobs, "--cache-dir", "cache", "--out", "dist"], cwd=work, capture_output=True,
@@ -86,7 +88,9 @@ def main() -> None:
     for arch in archs:
         cells = []
         for s in schemes:
-            cell = _cell(units.get(f"{arch.name}_{s}"), not_made.get(arch.name))
+            why = refused.get((arch.name, s))
+            cell = f"refused at plan: {why[:17]}" if why else _cell(units.get(f"{arch.name}_{s}"),
+                                                                    not_made.get(arch.name))
             verified[s] += cell.startswith("ok")
             cells.append(f"{cell:<34}")
         for s in schemes if plain else []:
@@ -99,6 +103,20 @@ def main() -> None:
           + f" ({len(made) * len(schemes)} programs in {elapsed:.0f} s, {args.jobs} jobs)")
     if plain:
         print("plain Qualcomm path: " + ", ".join(f"{s}: {plain_verified[s]}/{len(archs)} verified" for s in schemes))
+
+
+def _refused(work: Path, archs: list, schemes: list[str]) -> dict[tuple[str, str], str]:
+    """The rows the npu refuses at plan time (qnn.REFUSED): pinned to the npu, they would stop the plan."""
+    from deployc.targets.backends import BACKENDS
+
+    out = {}
+    for arch in archs:
+        model_type = json.loads((work / "hf" / arch.name / "config.json").read_text())["model_type"]
+        for s in schemes:
+            why = BACKENDS["qnn"].refusal(model_type, s)
+            if why:
+                out[(arch.name, s)] = why
+    return out
 
 
 def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int) -> dict[tuple[str, str], str]:
