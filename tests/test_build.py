@@ -258,6 +258,29 @@ def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
     assert result.status == "error" and result.reason.startswith("executorch.runtime crashed (exit code 1)")
 
 
+def test_a_crash_is_reported_by_the_runtime_s_first_complaint_with_its_error_named() -> None:
+    from deployc.graph.verify import crash_reason
+
+    stderr = """\
+[cpuinfo_utils.cpp:109] Failed to open midr file /sys/devices/system/cpu/cpu0/regs/identification/midr_el1
+[ERROR] [Qnn ExecuTorch]:  <E> unexpected GraphHtpSettings option 66
+[program.cpp:515] constant_buffer path is disabled (ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0). Please re-export the PTE file.
+[tensor_parser_portable.cpp:189] getTensorDataPtr() failed: 0x23
+[method.cpp:602] Failed parsing tensor at index 0: 0x23
+Traceback (most recent call last):
+  File "verify_worker.py", line 37, in main
+    methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
+                     ^^^^^^^^^^^^^^^^^^^^^^^^^
+RuntimeError: Failed to load method forward, error: 0x:23
+[INFO] [Qnn ExecuTorch]: Destroy Qnn context
+"""
+    assert crash_reason(stderr, 1) == (
+        "executorch.runtime crashed (exit code 1): [program.cpp:515] constant_buffer path is disabled "
+        "(ET_ENABLE_DEPRECATED_CONSTANT_BUFFER=0). Please re-export the PTE file. | [tensor_parser_portable.cpp:189] "
+        "getTensorDataPtr() failed: 0x23 | RuntimeError: Failed to load method forward, error: 0x:23 (InvalidProgram)")
+    assert crash_reason("", -11) == "executorch.runtime crashed (killed by signal 11)"
+
+
 PROMISES = """\
 apiVersion: deployc/v1
 name: promises
@@ -305,3 +328,34 @@ def test_library_output_goes_to_unit_logs_not_the_terminal(suite: Built) -> None
     assert any(name.startswith("worker-") for name in logs)
     unit_log = next((suite.cache / "logs").glob("conv_w8a8--*.log")).read_text()
     assert unit_log.startswith("=== conv_w8a8@")
+
+
+EMPTY_CACHE = """\
+apiVersion: deployc/v1
+name: empty-cache
+version: 0.1.0
+targets: [arduino_q]
+models:
+  net:
+    source: {factory: "models.testnets:empty_cache"}
+    inputs:
+      x: {shape: [1, 8]}
+"""
+
+
+def test_a_program_whose_only_outside_constant_is_empty_loads_from_its_file(tmp_path: Path) -> None:
+    """The empty constant a cache starts from is dropped once nothing reads it. Kept, it was the program's
+    only constant outside the delegate: a constant segment of zero bytes, which ExecuTorch's runtime cannot
+    load from a file (error 0x23, "constant_buffer path is disabled"; 13 transformers decoders on the npu)."""
+    import torch
+    from executorch.runtime import Runtime
+
+    manifest = make_project(tmp_path / "project", EMPTY_CACHE, "empty.yaml")
+    _, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache")
+    [unit] = report["units"]
+    assert unit["status"] == "built", unit["failure"]
+    assert unit["verification"]["status"] == "passed" and unit["verification"]["metrics"]["min_cosine"] > 0.9999
+    assert set(unit["delegates"]) == {"XnnpackBackend"}
+    method = Runtime.get().load_program(tmp_path / "dist" / "empty-cache" / "0.1.0" / "arduino_q" / "net.pte")
+    [y] = method.load_method("forward").execute([torch.ones(1, 8)])
+    assert y.shape == (1, 8)

@@ -35,6 +35,33 @@ def tag_external_weights(program: torch.export.ExportedProgram) -> None:
         node.meta.setdefault("custom", {})["delegate_constant_tag"] = WEIGHTS_TAG
 
 
+def drop_unused_constants(program: torch.export.ExportedProgram) -> list[str]:
+    """Remove the constant inputs (parameters, buffers, lifted tensors) that no node reads any more; returns
+    their names. A delegate takes the constants of what it swallows, but a constant whose readers a pass
+    removed stays in the method's signature, and ExecuTorch serializes it anyway. When every constant left
+    outside the delegates is empty (transformers' KV cache starts as `torch.tensor([])`, and
+    concatenating onto it folds away), the program gets a constant segment of zero bytes, which the
+    runtime then cannot load ("constant_buffer path is disabled", error 0x23; 13 transformers decoders on
+    the npu). ExecuTorch's own pass (remove_unused_parameters_pass) drops only unused parameters."""
+    from torch.export.graph_signature import InputKind
+
+    kinds = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    unused = [spec for spec in program.graph_signature.input_specs
+              if spec.kind in kinds and spec.target is not None
+              and not placeholders[spec.arg.name].users]
+    if not unused:
+        return []
+    for spec in unused:
+        program.graph_signature.input_specs.remove(spec)
+        program.graph.erase_node(placeholders[spec.arg.name])
+        table = program.constants if spec.kind == InputKind.CONSTANT_TENSOR or spec.persistent is False \
+            else program.state_dict
+        table.pop(spec.target, None)
+    program.graph_module.recompile()
+    return [str(spec.target) for spec in unused]
+
+
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
                   recipe: Recipe, external_weights: bool = False) -> tuple[dict[str, Any], Any]:
     """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods.
@@ -47,6 +74,8 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
             for ep in programs.values():
                 tag_external_weights(ep)
         edge = backend.to_edge(programs, recipe, step.options, step.constants)
+        for method in edge.methods:
+            drop_unused_constants(edge.exported_program(method))
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         # Quantized embedding tables export as dequantize + embedding; the fusion pass turns them into
         # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).

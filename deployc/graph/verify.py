@@ -6,6 +6,7 @@ A runtime crash kills only the child; the unit reports it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,18 @@ from deployc.graph import verify_worker
 from deployc.graph.metrics import compare, summarize
 
 VERIFY_TIMEOUT_S = 900
+# ExecuTorch's error codes (runtime/core/error.h); its Python runtime says only "error: 0x:23".
+RUNTIME_ERRORS = {0x01: "Internal", 0x02: "InvalidState", 0x03: "EndOfMethod", 0x04: "AlreadyLoaded",
+                  0x10: "NotSupported", 0x11: "NotImplemented", 0x12: "InvalidArgument", 0x13: "InvalidType",
+                  0x14: "OperatorMissing", 0x20: "NotFound", 0x21: "MemoryAllocationFailed", 0x22: "AccessFailed",
+                  0x23: "InvalidProgram", 0x24: "InvalidExternalData", 0x25: "OutOfResources",
+                  0x30: "DelegateInvalidCompatibility", 0x31: "DelegateMemoryAllocationFailed",
+                  0x32: "DelegateInvalidHandle"}
+# What the runtime and its delegates log ("[method.cpp:602] ...", "[ERROR] [Qnn ExecuTorch]: ..."), and
+# what they log on every run, harmless: cpuinfo on this host's /sys, QNN 2.51 on a setting of 2.37's.
+_LOGGED = re.compile(r"^\[(ERROR\]|[\w./-]+\.(cpp|cc|c|h):\d+\])")
+_HARMLESS = ("[cpuinfo_utils.cpp", "unexpected GraphHtpSettings option")
+_CODE = re.compile(r"error: 0x:?([0-9a-fA-F]+)")
 
 Check = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs): one call at one verification point
 
@@ -30,6 +43,20 @@ Check = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs): one cal
 def start_verifier() -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", verify_worker.__name__], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def crash_reason(stderr: str, code: int) -> str:
+    """Why the runtime's process died: the first lines the runtime or a delegate logged as errors (the
+    cause; what follows is teardown), then the exception it ended with, its error code named."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    logged = [line for line in lines if _LOGGED.match(line) and not any(h in line for h in _HARMLESS)][:2]
+    last = next((line for line in reversed(lines) if not line.startswith(("[INFO]", "[WARNING]"))), "")
+    found = _CODE.search(last)
+    if found and int(found.group(1), 16) in RUNTIME_ERRORS:
+        last += f" ({RUNTIME_ERRORS[int(found.group(1), 16)]})"
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    said = " | ".join(dict.fromkeys(line for line in [*logged, last] if line))
+    return f"executorch.runtime crashed ({how})" + (f": {said[:600]}" if said else "")
 
 
 def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
@@ -77,12 +104,7 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         if log is not None and stderr:
             log.write(stderr)
         if verifier.returncode != 0:
-            code = verifier.returncode
-            # The runtime's own complaint, not the delegate's shutdown chatter that follows it.
-            said = [line for line in stderr.strip().splitlines() if not line.startswith(("[INFO]", "[WARNING]"))]
-            tail = " | ".join(said[-3:])
-            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-            return Measurement(status="error", reason=f"executorch.runtime crashed ({how}): {tail[:400]}")
+            return Measurement(status="error", reason=crash_reason(stderr, verifier.returncode))
         result = torch.load(outputs_path, weights_only=True)
     measured = []
     for i, ((method, size, _), ref, got) in enumerate(zip(checks, references, result["outputs"])):
