@@ -261,3 +261,14 @@ def test_models_whose_positions_start_after_the_padding_index_get_two_fewer_toke
 
     config = {"model_type": model_type, "vocab_size": 40, "hidden_size": 16, "max_position_embeddings": 66}
     assert derive(HfModel(tmp_path, config, ()), "embedding")["dims"]["seq"] == {"min": 2, "max": 64}
+
+
+@pytest.mark.parametrize("config,depth", [
+    ({"model_type": "dpt", "image_size": 384, "patch_size": 16}, 384),
+    ({"model_type": "dpt", "image_size": 32, "patch_size": 8}, 64),  # measured: transformers' DPT gives 64 x 64
+    ({"model_type": "depth_anything", "image_size": 32, "backbone_config": {"patch_size": 8}}, 32),
+])
+def test_a_depth_model_implies_its_output_resolution(tmp_path: Path, config: dict, depth: int) -> None:
+    from deployc.load.hf_directory import HfModel, derive
+
+    assert derive(HfModel(tmp_path, config, ()), "depth-estimation")["outputs"] == {"depth": {"shape": [1, depth, depth]}}

@@ -167,7 +167,12 @@ def derive(model: HfModel, task: str) -> dict[str, Any]:
         if task == "image-classification":
             outputs = {"logits": {"shape": [1, _labels(model)]}}
         elif task == "depth-estimation":  # one relative depth per pixel of the input
-            outputs = {"depth": {"shape": [1, size, size]}}
+            depth = size
+            patch = _get(c, "patch_size")
+            if model.model_type == "dpt" and isinstance(patch, int) and not c.get("is_hybrid") \
+                    and not c.get("backbone_config"):
+                depth = size * 16 // patch  # DPT's neck and head upsample 16x from its patches (patch 16: 1 to 1)
+            outputs = {"depth": {"shape": [1, depth, depth]}}
         elif task == "object-detection":  # a fixed set of query slots, each a class score row and a box
             queries = _get(c, "num_queries", "num_detection_tokens")
             if not isinstance(queries, int):
