@@ -151,8 +151,9 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(1, t, self.heads, self.head_dim)
         k = self.k_proj(x).view(1, t, self.kv_heads, self.head_dim)
         v = self.v_proj(x).view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if self.qk_norm:  # each head normalised on a 2-D view: the HTP got [1, t, heads, head_dim] wrong in fp16
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(1, t, self.heads, self.head_dim)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(1, t, self.kv_heads, self.head_dim)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
