@@ -119,7 +119,7 @@ class RMSNorm(nn.Module):
         return normed * (1.0 + self.weight) if self.gemma else normed * self.weight
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -155,8 +155,8 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(1, t, self.heads, self.head_dim)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(1, t, self.kv_heads, self.head_dim)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
         keys, values = self.k_cache, self.v_cache

@@ -1,0 +1,42 @@
+"""What an app must know to drive a decoder built in the static form (graph/static_decoder.py): the
+methods, their fixed chunk lengths, the KV caches it keeps between calls and how it updates them, and
+the mask it builds for each call. Recorded in the program's facts and in the runtime config
+(`static_decoder`); the drivers (pipeline/host/static_decoding.py, the native runner) read it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from deployc.core.records import Frozen
+
+PREFILL, DECODE = "prefill", "decode"
+# Added to the score of a key a query must not see: finite, as in Qualcomm's masks, so that a 16-bit
+# quantized mask keeps its range; exp(-255) is 0 in fp16 and in fp32.
+MASKED = -255.0
+
+
+class StaticDecoderLayout(Frozen):
+    """Both methods take (tokens int32[1, T], input_pos int32[T], mask float32[1, 1, T, context + T],
+    k_cache_0..k_cache_{L-1}, v_cache_0..v_cache_{L-1}, each float32[1, kv_heads, context, head_dim]) and
+    return (logits float32[1, T, vocab], k_0..k_{L-1}, v_0..v_{L-1}, each float32[1, kv_heads, T, head_dim]):
+    T is `chunk` for the prefill method and 1 for the decode method."""
+
+    prefill_method: str = PREFILL
+    decode_method: str = DECODE
+    chunk: int  # tokens per prefill call; a shorter last piece is padded, its extra rows ignored
+    context: int  # cache slots: slot j holds position j, so positions run 0..context-1
+    layers: int
+    kv_heads: int
+    head_dim: int
+    masked_value: float = MASKED
+    # After each call the app writes the call's new k/v rows (the first n of T: the real tokens) into the
+    # caches at slots input_pos; the mask lets the query at position p see slots < the call's first
+    # position and the call's own tokens up to p.
+    update: Literal["index_write"] = "index_write"
+
+    def input_names(self) -> list[str]:
+        return (["tokens", "input_pos", "mask"] + [f"k_cache_{i}" for i in range(self.layers)]
+                + [f"v_cache_{i}" for i in range(self.layers)])
+
+    def output_names(self) -> list[str]:
+        return ["logits"] + [f"k_{i}" for i in range(self.layers)] + [f"v_{i}" for i in range(self.layers)]

@@ -1,0 +1,93 @@
+"""deployc's decoder (decoder.py) in the static form an NPU takes, the way Qualcomm's own Llama export
+(executorch/examples/qualcomm/oss_scripts/llama/model/static_llama.py) shapes it: no state in the
+program, every shape fixed.
+
+    prefill / decode(tokens int32[1, T], input_pos int32[1, T], mask float32[1, T, C + T],
+                     k_cache_0..L-1 float32[1, kv_heads, C, head_dim], v_cache_0..L-1 (same))
+        -> logits float32[1, T, vocab], k_0..L-1 float32[1, kv_heads, T, head_dim], v_0..L-1 (same)
+
+T is the method's chunk (prefill: the manifest's `npu.prefill`; decode: 1), C the context. Each call
+attends over the caches (C slots, slot j holding position j) followed by its own T tokens; the mask says
+which of those C + T keys each of the T queries sees (0) and which it does not (MASKED). The app keeps
+the caches: after a call it writes the call's new k/v rows into the caches at their positions (an index
+write). pipeline/host/static_decoder.py is that driver, and the native runner has the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deployc.core.static_decoder import MASKED, StaticDecoderLayout
+from deployc.graph.decoder import Decoder, rotate_half
+
+
+class StaticDecoder(nn.Module):
+    """One chunk length's static form of `decoder` (its weights, shared): export one per method."""
+
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
+    def __init__(self, decoder: Decoder, context: int) -> None:
+        super().__init__()
+        self.decoder, self.context = decoder, context
+        # The rotation of every position the caches hold: the dynamic decoder's table, cut to the context.
+        self.register_buffer("rope_cos", decoder.rope_cos[:context].clone(), persistent=False)
+        self.register_buffer("rope_sin", decoder.rope_sin[:context].clone(), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, mask: torch.Tensor,
+                *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        d, c = self.decoder, self.decoder.config
+        layers = len(d.model.layers)
+        k_caches, v_caches = caches[:layers], caches[layers:]
+        t = tokens.shape[1]
+        x = d.model.embed_tokens(tokens)
+        if d.embed_scale != 1.0:
+            x = x * d.embed_scale
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        new_k, new_v = [], []
+        for layer, k_cache, v_cache in zip(d.model.layers, k_caches, v_caches):
+            a = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = a.q_proj(h).view(1, t, c.heads, c.head_dim)
+            k = a.k_proj(h).view(1, t, c.kv_heads, c.head_dim)
+            v = a.v_proj(h).view(1, t, c.kv_heads, c.head_dim).transpose(1, 2)
+            if c.qk_norm:  # as decoder.py: on a 2-D view
+                q = a.q_norm(q.reshape(-1, c.head_dim)).view(1, t, c.heads, c.head_dim)
+                k = a.k_norm(k.reshape(-1, c.head_dim)).view(1, t, c.kv_heads, c.head_dim)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            new_k.append(k)
+            new_v.append(v)
+            keys, values = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+            # Grouped-query attention without repeating the caches: the queries of each kv head's group
+            # side by side ([1, kv_heads, group * T, head_dim]), every tensor 4-D (the HTP took no 5-D
+            # reshape of repeat_interleave in 16a8w: those stayed on the CPU, split the graph in ten).
+            group = c.heads // c.kv_heads
+            scores = (q.reshape(1, c.kv_heads, group * t, c.head_dim) @ keys.transpose(2, 3)) / math.sqrt(c.head_dim)
+            weights = F.softmax(scores.reshape(1, c.heads, t, -1) + mask, dim=-1)
+            out = (weights.reshape(1, c.kv_heads, group * t, -1) @ values).reshape(1, c.heads, t, c.head_dim)
+            x = x + a.o_proj(out.transpose(1, 2).reshape(1, t, c.heads * c.head_dim))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        logits = d.lm_head(d.model.norm(x))
+        return (logits, *new_k, *new_v)
+
+
+def layout(decoder: Decoder, context: int, chunk: int) -> StaticDecoderLayout:
+    c = decoder.config
+    return StaticDecoderLayout(chunk=chunk, context=context, layers=c.layers, kv_heads=c.kv_heads,
+                               head_dim=c.head_dim)
+
+
+def example_inputs(decoder: Decoder, context: int, chunk: int) -> list[torch.Tensor]:
+    """Inputs of the right shapes for export (a call at position 0 into empty caches)."""
+    c = decoder.config
+    cache = (1, c.kv_heads, context, c.head_dim)
+    mask = torch.full((1, 1, chunk, context + chunk), MASKED)
+    mask[..., context:] = torch.triu(torch.full((chunk, chunk), MASKED), diagonal=1)
+    caches = [torch.zeros(cache) for _ in range(2 * c.layers)]
+    return [torch.zeros(1, chunk, dtype=torch.int32), torch.arange(chunk, dtype=torch.int32), mask, *caches]
