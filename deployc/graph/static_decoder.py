@@ -16,13 +16,14 @@ write). pipeline/host/static_decoder.py is that driver, and the native runner ha
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from deployc.core.static_decoder import MASKED, StaticDecoderLayout
-from deployc.graph.decoder import Decoder, rotate_half
+from deployc.graph.decoder import Decoder, Layer, rotate_half
 
 
 class StaticDecoder(nn.Module):
@@ -49,7 +50,7 @@ class StaticDecoder(nn.Module):
             x = x * d.embed_scale
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
         new_k, new_v = [], []
-        for layer, k_cache, v_cache in zip(d.model.layers, k_caches, v_caches):
+        for layer, k_cache, v_cache in zip(cast(list[Layer], d.model.layers), k_caches, v_caches):
             a = layer.self_attn
             h = layer.input_layernorm(x)
             q = a.q_proj(h).view(1, t, c.heads, c.head_dim)
