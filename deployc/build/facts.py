@@ -8,6 +8,7 @@ from typing import Literal
 
 from deployc.core.pte import MethodFacts
 from deployc.core.records import Frozen
+from deployc.core.static_decoder import StaticDecoderLayout
 from deployc.plan.build_plan import DimPlan
 
 FACTS_SCHEMA_VERSION = 1
@@ -114,6 +115,7 @@ class ProgramFacts(Frozen):
     measurement: Measurement
     durations_s: dict[str, float]
     stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point
+    static_decoder: StaticDecoderLayout | None = None  # a decoder in the static form: how an app drives it
 
     @property
     def planned_memory_bytes(self) -> int:

@@ -13,6 +13,8 @@ PREFILL, DECODE = "prefill", "decode"
 # Added to the score of a key a query must not see: finite, as in Qualcomm's masks, so that a 16-bit
 # quantized mask keeps its range; exp(-255) is 0 in fp16 and in fp32.
 MASKED = -255.0
+MASK_LAYOUT = ("[1, 1, T, context + T]: keys are the cache slots, then the call's T tokens; the query at position "
+               "p sees the slots before the call's first position and the call's own tokens up to p")
 
 
 class StaticDecoderLayout(Frozen):

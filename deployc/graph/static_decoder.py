@@ -22,8 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from deployc.core.errors import BuildError
 from deployc.core.static_decoder import MASKED, StaticDecoderLayout
 from deployc.graph.decoder import Decoder, Layer, rotate_half
+from deployc.plan.build_plan import StaticForm
 
 
 class StaticDecoder(nn.Module):
@@ -92,3 +94,51 @@ def example_inputs(decoder: Decoder, context: int, chunk: int) -> list[torch.Ten
     mask[..., context:] = torch.triu(torch.full((chunk, chunk), MASKED), diagonal=1)
     caches = [torch.zeros(cache) for _ in range(2 * c.layers)]
     return [torch.zeros(1, chunk, dtype=torch.int32), torch.arange(chunk, dtype=torch.int32), mask, *caches]
+
+
+def static_form(model: torch.nn.Module, form: StaticForm) -> tuple[StaticDecoder, StaticDecoderLayout]:
+    """The static form of a loaded decoder, or why there is none."""
+    if not isinstance(model, Decoder):
+        raise BuildError(f"the static form is made from deployc's decoder (a Llama-family Hugging Face directory, or "
+                         f"a factory returning deployc.graph.decoder.Decoder); this model is a "
+                         f"{type(model).__name__}")
+    if model.cache_len < form.context:
+        raise BuildError(f"npu.context {form.context} is beyond the {model.cache_len} positions the decoder's rotary "
+                         "table was made for")
+    return StaticDecoder(model, form.context).eval(), layout(model, form.context, form.prefill)
+
+
+def export_static(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[str, torch.export.ExportedProgram]:
+    """The prefill and decode methods, each at its own chunk length."""
+    from deployc.graph.export import export_model
+
+    decoder = static.decoder
+    return {name: export_model(static, example_inputs(decoder, shapes.context, chunk), [], [], by_name=False)
+            for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1))}
+
+
+def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequences: list[list[int]]
+                      ) -> dict[str, list[list[torch.Tensor]]]:
+    """Each method's inputs as the driver makes them when the eager static form reads `sequences`: the
+    first half of each in prefill chunks, the rest one token a call, so the decode method is calibrated
+    on caches that hold real text."""
+    import numpy as np
+
+    from deployc.pipeline.host.static_decoding import StaticDecoding
+
+    calls: dict[str, list[list[torch.Tensor]]] = {shapes.prefill_method: [], shapes.decode_method: []}
+
+    def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+        calls[method].append(tensors)
+        with torch.no_grad():
+            return [t.numpy() for t in static(*tensors)]
+
+    for ids in sequences:
+        ids = ids[:shapes.context]
+        session = StaticDecoding(shapes, call)
+        half = max(1, len(ids) // 2)
+        session.forward(np.asarray([ids[:half]]), np.arange(half))
+        for position in range(half, len(ids)):
+            session.forward(np.asarray([[ids[position]]]), np.asarray([position]))
+    return calls

@@ -20,6 +20,7 @@ from deployc.build.facts import (
     TensorFacts,
     TokenParity,
 )
+from deployc.core.static_decoder import StaticDecoderLayout
 from deployc.graph import verify_worker
 from deployc.graph.metrics import compare, summarize
 
@@ -76,12 +77,13 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
            log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None,
            texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "",
-           self_test_positions: int = 0) -> Measurement:
+           self_test_positions: int = 0, static: StaticDecoderLayout | None = None) -> Measurement:
     """`sequences`: per prompt, the indexes of the checks that generate from it (text-generation
     programs); they are compared by the tokens they choose. `texts`: per held-out window, the indexes of
     its checks and the token each should predict; compared as next-token distributions, over all of them
     and over the first `self_test_positions` (those the self-test vectors carry). The other checks by
-    the metrics."""
+    the metrics. `static`: the program is a decoder in the static form, its `forward` calls made through
+    the driver (pipeline/host/static_decoding.py), as an app makes them."""
     import torch
 
     from deployc.graph.metrics import text_metrics
@@ -93,7 +95,8 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
         torch.save({"checks": [(method, inputs) for method, _, inputs in checks],
-                    "timed": forward[len(forward) // 2]}, inputs_path)
+                    "timed": forward[len(forward) // 2],
+                    "static_decoder": static.model_dump() if static else None}, inputs_path)
         try:
             job = f"{pte} {inputs_path} {outputs_path}" + (f" {data}" if data else "")
             _, stderr = verifier.communicate(job + "\n", timeout=VERIFY_TIMEOUT_S)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from deployc.core.static_decoder import StaticDecoderLayout
 
 LATENCY_RUNS = 5
 
@@ -32,7 +36,11 @@ def main(argv: list[str]) -> int:
     timed = job_data["timed"]  # the check whose call is timed
     t = time.perf_counter()
     program = load_any(Path(program_path), data_path)
-    methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
+    static = job_data.get("static_decoder")
+    if static is not None:
+        methods = static_forward(program, StaticDecoderLayout.model_validate(static))
+    else:
+        methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
     load_s = time.perf_counter() - t
     outputs = [[o.clone() for o in methods[name](list(inputs))] for name, inputs in checks]
     mid = checks[timed][1]
@@ -45,6 +53,22 @@ def main(argv: list[str]) -> int:
         times.append((time.perf_counter() - t) * 1000.0)
     torch.save({"outputs": outputs, "latency_ms": statistics.median(times), "load_s": load_s}, outputs_path)
     return 0
+
+
+def static_forward(program: Any, layout: StaticDecoderLayout) -> dict[str, Callable[[list[Any]], list[Any]]]:
+    """`forward(tokens, input_pos)` of a decoder in the static form: the driver over its two methods."""
+    import numpy as np
+    import torch
+
+    from deployc.pipeline.host.static_decoding import StaticDecoding
+
+    loaded = {m: program.load_method(m) for m in (layout.prefill_method, layout.decode_method)}
+
+    def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [o.numpy() for o in loaded[method]([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
+
+    session = StaticDecoding(layout, call)
+    return {"forward": lambda inputs: [torch.from_numpy(session.forward(inputs[0].numpy(), inputs[1].numpy()))]}
 
 
 if __name__ == "__main__":

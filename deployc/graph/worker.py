@@ -214,6 +214,10 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
                                log, durations, signature_facts, (sequences, texts, self_test_positions))
 
+    if export.static is not None:
+        return _build_static(unit, model, checks, references, staging, at, lap, verifier, log, durations,
+                             signature_facts, (sequences, texts, self_test_positions))
+
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
         # Only a data file shares bytes between the embedding kernel's table and XNNPACK's weights.
@@ -272,6 +276,92 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
         signatures=signature_facts, methods=methods, measurement=measurement, durations_s=durations,
         stayed_float=float_layers, **graph)
+
+
+def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: list[Any], staging: Path,
+                  at: Callable[[str], None], lap: Callable[[str], None], verifier: subprocess.Popen[str] | None,
+                  log: IO[str] | None, durations: dict[str, float], signatures: dict[str, Signature],
+                  judged: tuple[list[list[int]], list[tuple[list[int], list[int]]], int]) -> ProgramFacts:
+    """A decoder in the static form (graph/static_decoder.py): its prefill and decode methods exported,
+    quantized on text read through the driver, lowered; verified through the driver against the
+    cached decoder's `forward` calls, like any decoder program."""
+    import torch
+
+    from deployc.build.facts import Measurement
+    from deployc.core.pte import method_facts
+    from deployc.graph.lower import lower_program
+    from deployc.graph.quantize import pt2e_quantize
+    from deployc.graph.static_decoder import calibration_calls, example_inputs, export_static, static_form
+    from deployc.graph.verify import verify
+    from deployc.targets.backends import BACKENDS
+
+    export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
+    assert export.static is not None
+    static, shapes = static_form(model, export.static)
+    at("export")
+    programs = export_static(static, shapes)
+    lap("export")
+    if recipe.method == "pt2e":
+        at("quantize")
+        calls = calibration_calls(static, shapes, _calibration_text(unit, static.decoder.config.vocab_size))
+        quantizer = BACKENDS[unit.backend].quantizer(recipe, lower.options)
+        for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+            programs[name], _ = pt2e_quantize(programs[name], quantizer, calls[name],
+                                              _exporter(example_inputs(static.decoder, shapes.context, chunk)))
+        lap("quantize")
+    at("lower")
+    graph, program = lower_program(programs, lower, recipe)
+    methods = method_facts(program.executorch_program)
+    lap("lower")
+    at("serialize")
+    pte = staging / PROGRAM_FILE
+    pte.write_bytes(program.buffer)
+    lap("serialize")
+    sequences, texts, self_test_positions = judged
+    if verifier is not None:
+        at("verify")
+        measurement = verify(pte, checks, references, verifier, log, sequences, None, texts,
+                             export.text.file if export.text else "", self_test_positions, static=shapes)
+        lap("verify")
+    else:
+        measurement = Measurement(status="not-run", reason=unit.verify.reason)
+    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+        inputs = example_inputs(static.decoder, shapes.context, chunk)
+        with torch.no_grad():
+            outputs = static(*inputs)
+        signatures[name] = Signature(inputs=_tensor_facts(shapes.input_names(), inputs),
+                                     outputs=_tensor_facts(shapes.output_names(), outputs))
+    return ProgramFacts(
+        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
+        size_bytes=pte.stat().st_size, dims=export.dims, signatures=signatures, methods=methods,
+        measurement=measurement, durations_s=durations, static_decoder=shapes, **graph)
+
+
+def _exporter(example: list[Any]) -> Callable[[Any], Any]:
+    """Exports a quantized static method again at its own inputs."""
+    from deployc.graph.export import export_model
+
+    return lambda module: export_model(module, example, [], [], by_name=False)
+
+
+def _tensor_facts(names: list[str], tensors: Any) -> list[TensorFacts]:
+    return [TensorFacts(name=n, dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
+            for n, t in zip(names, tensors)]
+
+
+def _calibration_text(unit: UnitPlan, vocab: int) -> list[list[int]]:
+    """Token sequences a static decoder is calibrated on: the held-out text's windows and prompts, or (a
+    decoder without a tokenizer) seeded random ids, as many as the recipe's samples."""
+    text = unit.export.text
+    if text is not None:
+        return [*text.windows, *text.prompts]
+    recipe, form = unit.quantize.recipe, unit.export.static
+    assert form is not None
+    import torch
+
+    g = torch.Generator().manual_seed(recipe.calibration_seed or 0)
+    length = min(form.context, 2 * form.prefill + 8)
+    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(recipe.calibration_samples or 1)]
 
 
 def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list[Any], references: list[Any],

@@ -150,6 +150,17 @@ class VerifySpec(Frozen):
     enabled: bool = True
 
 
+class NpuDecoding(Frozen):
+    """A text-generation model on an NPU unit is built in the static form NPUs take: the KV caches are
+    the program's inputs and outputs, a prefill method takes `prefill` tokens a call and a decode method
+    one (docs/qnn.md, "Decoders on the NPU")."""
+
+    prefill: Annotated[int, Field(ge=1)] = Field(description="tokens per prefill call: a longer prompt goes in "
+                                                             "several, a shorter one is padded")
+    context: Annotated[int, Field(ge=2)] = Field(description="positions the KV caches hold (prompt and answer), at "
+                                                             "most the model's constants.max_seq_len")
+
+
 class Override(Frozen):
     """What a target may change about a model."""
 
@@ -159,6 +170,8 @@ class Override(Frozen):
     dims: dict[Identifier, DimSpec] = Field(
         default_factory=dict, description="this target's range for some of the model's dims; min = max makes "
                                           "the dim static (NPUs need static shapes)")
+    npu: NpuDecoding | None = Field(default=None, description="this target's static form of a text-generation "
+                                                           "model on an NPU unit")
 
 
 class OutputSpec(Frozen):
@@ -203,6 +216,8 @@ class ModelSpec(Frozen):
     params: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="parameter count, for a plan-time size estimate")
     seed: int = Field(default=0, description="seed for weights' init and example inputs")
+    npu: NpuDecoding | None = Field(default=None, description="text-generation models on an NPU unit (QNN): the "
+                                                           "static form's prefill chunk and context")
     weights: Literal["embedded", "external"] = Field(
         default="embedded", description="embedded: weights inside the .pte; external: in a <model>.ptd data file "
         "beside it (ExecuTorch named data), stored once per bundle when programs share identical weights")
@@ -266,6 +281,7 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
                     what = "token parity applies" if field == "tokens" else "held-out text checks apply"
                     err((*path, field), f"{'.'.join(map(str, path))}.{field}: {what} to text-generation models; "
                         f"models.{name} has task {model.task}")
+        _check_npu(name, model, err)
         used: set[str] = set()
         signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
                                                       for meth, spec in model.methods.items()]
@@ -317,6 +333,26 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
                 else:
                     _check_dim(override.under(model.dims[dim_name]), at, dotted, err)
     return out
+
+
+def _check_npu(name: str, model: ModelSpec, err: Any) -> None:
+    """The static form is made for deployc's decoder interface, within the model's positions."""
+    places = [(("models", name, "npu"), model.npu)] + [(("models", name, "overrides", t, "npu"), o.npu)
+                                                         for t, o in model.overrides.items()]
+    context = model.constants.get("max_seq_len")
+    for path, npu in places:
+        if npu is None:
+            continue
+        dotted = ".".join(map(str, path))
+        if model.task != "text-generation" or list(model.inputs) != ["tokens", "input_pos"]:
+            err(path, f"{dotted}: the static form applies to text-generation models with the decoder's inputs "
+                "(tokens, input_pos)", key=True)
+        elif npu.prefill > npu.context:
+            err((*path, "prefill"), f"{dotted}.prefill: a chunk of {npu.prefill} tokens is longer than the context "
+                f"of {npu.context}", f"prefill: {npu.context} or less")
+        elif isinstance(context, int) and npu.context > context:
+            err((*path, "context"), f"{dotted}.context: {npu.context} positions are beyond the model's "
+                f"constants.max_seq_len ({context})", f"context: {context} or less")
 
 
 def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:

@@ -26,6 +26,7 @@ from deployc.core.errors import Diagnostic, ManifestError
 from deployc.core.faults import fault_point
 from deployc.core.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.core.self_test_vectors import SELF_TEST_FILE
+from deployc.core.static_decoder import MASK_LAYOUT, StaticDecoderLayout
 from deployc.packaging import runtime_config
 from deployc.packaging.archive import write_archive
 from deployc.packaging.assets import Asset
@@ -105,7 +106,12 @@ def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, 
         "verification": _verification(verification), **({"requirements": requirements} if requirements else {}),
         **({"data_file": data[0], "data_sha256": data[1], "data_bytes": data[2]} if data else {}),
         **({"format": facts.format} if facts.format != "pte" else {}),
+        **({"static_decoder": _static_decoder(facts.static_decoder)} if facts.static_decoder else {}),
     }
+
+
+def _static_decoder(layout: StaticDecoderLayout) -> dict[str, Any]:
+    return {**layout.model_dump(), "mask_layout": MASK_LAYOUT}
 
 
 _NARROW = {"int64": "int32", "float64": "float32"}

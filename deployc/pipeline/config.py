@@ -33,13 +33,15 @@ class PipelineConfig(Frozen):
     stages: list[StageConfig]
 
 
-def pipeline_config(m: Manifest, folder: Path, static_lengths: dict[str, int] | None = None) -> PipelineConfig | None:
+def pipeline_config(m: Manifest, folder: Path, static_lengths: dict[str, int] | None = None,
+                    contexts: dict[str, int] | None = None) -> PipelineConfig | None:
     """`folder`: the manifest's (preprocessor configs are read from it); `static_lengths`: model -> the
-    token count its program on this target takes exactly."""
+    token count its program on this target takes exactly; `contexts`: decoder -> the positions its
+    program on this target holds, where that is not the model's constants.max_seq_len."""
     p = m.pipeline
     if p is None:
         return None
-    context = ConfigContext(manifest=m, folder=folder, static_lengths=static_lengths or {})
+    context = ConfigContext(manifest=m, folder=folder, static_lengths=static_lengths or {}, contexts=contexts or {})
     stages = []
     for s in order(p):
         op = op_of(s)

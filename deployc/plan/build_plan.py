@@ -100,6 +100,14 @@ class HeldOutText(Frozen):
     prompts: list[list[int]]  # greedy parity: eager generates from each, the program is fed the same calls
 
 
+class StaticForm(Frozen):
+    """A decoder built in the static form an NPU takes (graph/static_decoder.py): a prefill method of
+    `prefill` tokens a call and a decode method of one, KV caches of `context` positions in and out."""
+
+    prefill: int
+    context: int
+
+
 class Export(Frozen):
     step: Literal["export"] = "export"
     key: str = ""
@@ -110,6 +118,7 @@ class Export(Frozen):
     # Text-generation programs with the decoder interface: the verification's text, or why there is none.
     text: HeldOutText | None = None
     text_reason: str = ""
+    static: StaticForm | None = None  # a decoder exported in the static form instead of `forward`
 
 
 class Quantize(Frozen):

@@ -51,6 +51,7 @@ from deployc.plan.build_plan import (
     Serialize,
     Skipped,
     SourceFile,
+    StaticForm,
     TargetPlan,
     TokenizerAssetPlan,
     UnitPlan,
@@ -136,6 +137,11 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
         return None, "keeps its weights inside its delegate; the model asks for weights: external"
     if not backend.multi_method and (r.spec.methods or r.spec.constants):
         return None, "builds one method (forward); the model declares further methods or constants"
+    if backend.static_decoders and is_decoder(r.spec):
+        if r.npu is None:
+            return None, ("takes a decoder only in its static form (KV caches in and out, fixed chunks): give "
+                          f"models.{r.model}.npu: {{prefill: N, context: M}}, or overrides.{r.target}.npu")
+        return recipe, None  # the static form's shapes are fixed whatever the dims say
     if backend.static_shapes_only and r.dynamic_dims:
         why = f" ({backend.static_shapes_reason})" if backend.static_shapes_reason else ""
         return None, (f"needs static shapes{why}; the model declares dynamic dims {', '.join(r.dynamic_dims)} "
@@ -219,9 +225,15 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                                         f"not {ckpt.sha256}", "update the sha256 if the new weights are intended")])
     dims = [DimPlan(name=n, min=d.bounds()[0], max=d.bounds()[1], multiple_of=d.multiple_of or 1)
             for n, d in r.dims.items()]
+    backend = BACKENDS[unit.backend]
+    static = None
+    if backend.static_decoders and is_decoder(spec) and r.npu is not None:
+        # The program holds npu.context positions: the decoder is judged, and driven, within them.
+        static = StaticForm(prefill=r.npu.prefill, context=r.npu.context)
+        spec = spec.model_copy(update={"constants": {**spec.constants, "max_seq_len": static.context}})
+        dims = [d.model_copy(update={"max": min(d.max, static.context)}) if d.name == "seq" else d for d in dims]
     methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
                for n, meth in spec.methods.items()]
-    backend = BACKENDS[unit.backend]
     tol = r.tolerances
     if not tol.enabled:
         run, reason = False, "verification disabled in the manifest"
@@ -239,14 +251,14 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
         packages = imported_versions(loaders)
     generate = _generated_tokens(spec, dims)
-    text, text_reason = _held_out(project, r, dims, generate, inputs)
+    text, text_reason = _held_out(project, r, spec, dims, generate, inputs)
     steps: list[Any] = [
         LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
                   derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
                   checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
                   seed=spec.seed, sources=sources, packages=packages, context=_context(spec)),
         Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods, text=text,
-               text_reason=text_reason),
+               text_reason=text_reason, static=static),
         Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
         Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
               constants=spec.constants, code=toolchain.code[unit.backend],
@@ -282,17 +294,22 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                     dims_at=_dims_at(project, r))
 
 
+def is_decoder(spec: ModelSpec) -> bool:
+    """A model with the interface of deployc's decoder programs, which the generate stage drives."""
+    return spec.task == "text-generation" and list(spec.inputs) == ["tokens", "input_pos"] and not spec.methods
+
+
 def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
     """Token parity is checked on programs with the decoder interface the generate stage drives, where a
     call may take one token (decoding)."""
     seq = next((d for d in dims if d.name == "seq"), None)
-    if (spec.task == "text-generation" and list(spec.inputs) == ["tokens", "input_pos"] and not spec.methods
-            and seq is not None and seq.min == 1 and isinstance(context := spec.constants.get("max_seq_len"), int)):
+    if (is_decoder(spec) and seq is not None and seq.min == 1
+            and isinstance(context := spec.constants.get("max_seq_len"), int)):
         return max(0, min(GENERATION_TOKENS, context - 1))
     return 0
 
 
-def _held_out(project: Project, r: ResolvedModel, dims: list[DimPlan], generate: int,
+def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[DimPlan], generate: int,
               inputs: _Inputs) -> tuple[HeldOutText | None, str]:
     """The held-out text of a decoder (its ids and where they come from), or why it has none."""
     if not generate:
@@ -308,7 +325,6 @@ def _held_out(project: Project, r: ResolvedModel, dims: list[DimPlan], generate:
     if memo not in inputs.texts:
         inputs.texts[memo] = heldout.text_ids(file, tokenizer.path)
     ids = inputs.texts[memo]
-    spec = r.spec
     context = spec.constants["max_seq_len"]
     assert isinstance(context, int), context  # _generated_tokens is 0 otherwise
     doc, base = project.doc, ("models", r.model)
@@ -483,7 +499,8 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         device = p.device.model_dump(exclude_defaults=True)
         assets = _assets(project, units, inputs)
         pipeline = pipeline_config(m, project.folder, {u.model: length for u in units
-                                                       for length, static in [_token_length(u)] if static})
+                                                       for length, static in [_token_length(u)] if static},
+                                   {u.model: u.export.static.context for u in units if u.export.static})
         targets.append(TargetPlan(target=t, profile=p.name, profile_key=key_of(p.model_dump(mode="json")),
                                   device=device, units=units, assets=assets, pipeline=pipeline,
                                   bundle=_bundle(project, t, p.name, device, units, assets, pipeline)))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from deployc.core.errors import Location
 from deployc.core.quantization import SCHEMES
-from deployc.load.manifest import DimSpec, ModelSpec, QuantSpec, VerifySpec
+from deployc.load.manifest import DimSpec, ModelSpec, NpuDecoding, QuantSpec, VerifySpec
 from deployc.load.project import Project
 from deployc.targets.profile import LoadedProfile
 
@@ -43,6 +43,8 @@ class ResolvedModel:
     tolerances: Tolerances
     dims: dict[str, DimSpec]  # the model's dims with this target's overrides applied
     architecture: str | None = None  # a Hugging Face source's model_type
+    npu: NpuDecoding | None = None  # a decoder's static form on an NPU unit (this target's, else the model's)
+    npu_at: Location | None = None
 
     @property
     def dynamic_dims(self) -> list[str]:
@@ -75,6 +77,8 @@ def resolve(project: Project) -> list[ResolvedModel]:
             else:
                 quant = spec.quantization
                 q_path = (*base, "quantization")
+            npu_path = (*base, "overrides", target, "npu") if ov is not None and ov.npu is not None else (*base, "npu")
+            npu = ov.npu if ov is not None and ov.npu is not None else spec.npu
             unit = ov.unit if ov else None
             unit_at = doc.locate((*base, "overrides", target, "unit")) if unit else None
             out.append(ResolvedModel(
@@ -85,5 +89,6 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
                 dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
                                      for n, d in (ov.dims if ov else {}).items()}},
-                architecture=project.architectures.get(name)))
+                architecture=project.architectures.get(name),
+                npu=npu, npu_at=doc.locate(npu_path) if npu is not None else None))
     return out

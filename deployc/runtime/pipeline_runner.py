@@ -13,8 +13,10 @@ import numpy as np
 
 from deployc.core.errors import PreprocessError, RunError, UserError
 from deployc.core.layout import RUNTIME_JSON
+from deployc.core.static_decoder import StaticDecoderLayout
 from deployc.packaging.inspection import verify_bundle
 from deployc.pipeline.host.bundle_files import BundleFiles
+from deployc.pipeline.host.static_decoding import StaticDecoding
 from deployc.pipeline.ops import OPS
 
 
@@ -30,6 +32,7 @@ class Bundle(BundleFiles):
         self.programs = {p["name"]: p for p in self.config["programs"]}
         self._programs: dict[str, Any] = {}
         self._methods: dict[tuple[str, str], Any] = {}
+        self._sessions: dict[str, StaticDecoding] = {}  # decoders in the static form: their caches
         self.generation: dict[str, Any] = {}  # the last generate stage's figures
 
     # ---- resources, loaded once -------------------------------------------------------------------------
@@ -87,6 +90,24 @@ class Bundle(BundleFiles):
                                                     f"not a multiple of {d['multiple_of']}")
 
     def call(self, program: str, tensors: list[np.ndarray], method: str = "forward") -> list[np.ndarray]:
+        static = self.programs[program].get("static_decoder")
+        if static is not None and method == "forward":  # the decoder's interface, through its driver
+            return [self._session(program, static).forward(*tensors)]
+        return self._call(program, tensors, method)
+
+    def _session(self, program: str, static: dict[str, Any]) -> StaticDecoding:
+        """One set of caches per program, kept across calls as a program keeps its own cache: a call that
+        starts at position 0 again overwrites them."""
+        if program not in self._sessions:
+            shapes = StaticDecoderLayout.model_validate({k: v for k, v in static.items() if k != "mask_layout"})
+
+            def call(method: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
+                return self._call(program, tensors, method)
+
+            self._sessions[program] = StaticDecoding(shapes, call)
+        return self._sessions[program]
+
+    def _call(self, program: str, tensors: list[np.ndarray], method: str) -> list[np.ndarray]:
         import torch
 
         self.check_inputs(program, tensors, method)

@@ -10,6 +10,7 @@ plan import every op module). The native runner implements `run` once more, in o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -58,6 +59,8 @@ class ConfigContext:
     manifest: Manifest
     folder: Path  # the manifest's: preprocessor configs are read from it
     static_lengths: dict[str, int]  # model -> the token count its program on this target takes exactly
+    # decoder -> the positions its program on this target holds (its static form's context)
+    contexts: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class Host(Protocol):

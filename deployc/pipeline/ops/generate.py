@@ -62,7 +62,9 @@ class GenerateOp(OpBase):
     def params(self, stage: GenerateStage, context: ConfigContext) -> dict[str, Any]:
         pipeline = context.manifest.pipeline
         assert pipeline is not None
-        constants = context.manifest.models[stage.model].constants
+        constants = dict(context.manifest.models[stage.model].constants)
+        if stage.model in context.contexts:  # a decoder in the static form: the context it was built with
+            constants["max_seq_len"] = context.contexts[stage.model]
         return {**super().params(stage, context),
                 "tokenizer": tokenizer_file(stage.tokenizer, pipeline.tokenizers[stage.tokenizer].is_sentencepiece()),
                 **{k: constants[k] for k in CONSTANTS if k in constants}}

@@ -28,6 +28,7 @@ class Backend(Protocol):
     external_weights: bool  # can put its weights in a .ptd data file
     format: str  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
     multi_method: bool
+    static_decoders: bool  # takes text-generation models only in their static form (manifest `npu:`)
     modules: tuple[str, ...]  # Python modules its ahead-of-time path imports
     helpers: tuple[str, ...]  # files beside its module that belong to it
 

@@ -77,6 +77,9 @@ class BackendBase:
     external_weights: bool = False  # can put its weights in a .ptd data file (ExecuTorch named data)
     format: str = "pte"  # the program file it makes: pte (ExecuTorch) or tflite (LiteRT)
     multi_method: bool = True  # builds further methods and constant methods into one program
+    # Takes text-generation models only in their static form (graph/static_decoder.py): KV caches as inputs
+    # and outputs, fixed chunks. The manifest's `npu:` gives the chunk and the context.
+    static_decoders: bool = False
 
     @property
     def schemes(self) -> frozenset[str]:
