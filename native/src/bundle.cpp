@@ -183,6 +183,10 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
   for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
   if (!p) return fail(2, "no program named '" + program + "' in the bundle");
   const MethodSpec* m = p->method(method);
+  if (!m && method == "forward" && p->static_decoder.chunk > 0) {  // the driver's two methods
+    if (Failure f = load(program, p->static_decoder.prefill_method, milliseconds)) return f;
+    return load(program, p->static_decoder.decode_method);
+  }
   if (!m) return fail(2, "program '" + program + "' has no method '" + method + "'");
   double start = now_ms();
   StdoutToStderr quiet(p->backend == "qnn");
@@ -289,6 +293,15 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
   const ProgramSpec* p = nullptr;
   for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
   const MethodSpec* m = p->method(method);
+  if (!m) {  // loaded: so a decoder in the static form, called through its interface
+    if (inputs.size() != 2) return fail(2, program + ".forward takes tokens and input_pos");
+    auto& session = sessions_[program];
+    if (!session) session = std::make_unique<StaticDecoding>(*this, program, p->static_decoder);
+    double start = now_ms();
+    Failure f = session->forward(inputs[0], inputs[1], outputs);
+    if (milliseconds) *milliseconds = now_ms() - start;
+    return f;
+  }
   if (Failure f = check_inputs(*p, *m, inputs)) return f;
   std::vector<executorch::extension::TensorPtr> tensors;
   std::vector<EValue> values;

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "failure.h"
 #include "npy.h"
+#include "static_decoder.h"
 
 namespace deployc {
 
@@ -24,7 +25,8 @@ class Bundle {
   const RuntimeConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
 
-  // Runs program.method on inputs (checked against the declared dtypes and dynamic ranges first).
+  // Runs program.method on inputs (checked against the declared dtypes and dynamic ranges first). A
+  // decoder in the static form also answers "forward" (the decoder interface), through its driver.
   Failure run(const std::string& program, const std::string& method, const std::vector<Array>& inputs,
               std::vector<Array>& outputs, double* milliseconds = nullptr);
   // The XNNPACK threadpool's size: open() applies the largest `threads` the config declares (0 leaves
@@ -41,6 +43,7 @@ class Bundle {
   std::string dir_;
   RuntimeConfig config_;
   std::map<std::string, std::unique_ptr<Loaded>> loaded_;
+  std::map<std::string, std::unique_ptr<StaticDecoding>> sessions_;  // per static decoder: its caches
 };
 
 }  // namespace deployc

@@ -27,6 +27,13 @@ struct MethodSpec {
   std::vector<std::string> operators, delegates;
 };
 
+// A decoder in the static form (runtime_config.fbs, StaticDecoder): present when `chunk` > 0.
+struct StaticDecoderSpec {
+  std::string prefill_method, decode_method, update;
+  int64_t chunk = 0, context = 0, layers = 0, kv_heads = 0, head_dim = 0;
+  double masked_value = 0;
+};
+
 struct ProgramSpec {
   std::string name, file, sha256, unit, backend, quantization, verification;
   std::string data_file, data_sha256;  // external weights (.ptd), "" when they are inside the .pte
@@ -37,6 +44,7 @@ struct ProgramSpec {
   // A decoder on held-out text (0: no tolerance): perplexity over eager's, mean KL, top-1 agreement.
   double tolerance_max_perplexity_ratio = 0, tolerance_max_kl = 0, tolerance_min_top1 = 0;
   std::vector<MethodSpec> methods;
+  StaticDecoderSpec static_decoder;
   const MethodSpec* method(const std::string& n) const {
     for (const auto& m : methods) if (m.name == n) return &m;
     return nullptr;

@@ -70,6 +70,10 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
         spec.tolerance_max_kl = p->verification()->tolerance_max_kl();
         spec.tolerance_min_top1 = p->verification()->tolerance_min_top1();
       }
+      if (const auto* d = p->static_decoder())
+        spec.static_decoder = StaticDecoderSpec{str(d->prefill_method()), str(d->decode_method()), str(d->update()),
+                                                d->chunk(), d->context(), d->layers(), d->kv_heads(), d->head_dim(),
+                                                d->masked_value()};
       if (p->methods())
         for (const auto* m : *p->methods())
           spec.methods.push_back(MethodSpec{str(m->name()), tensors(m->inputs()), tensors(m->outputs()),

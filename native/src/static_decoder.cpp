@@ -1,0 +1,102 @@
+#include "static_decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "bundle.h"
+
+namespace deployc {
+
+namespace {
+Array array(const std::string& dtype, std::vector<int64_t> shape) {
+  Array a;
+  a.dtype = dtype;
+  a.shape = std::move(shape);
+  a.data.assign(a.numel() * dtype_size(dtype), 0);
+  return a;
+}
+}  // namespace
+
+StaticDecoding::StaticDecoding(Bundle& bundle, std::string program, StaticDecoderSpec spec)
+    : bundle_(bundle), program_(std::move(program)), spec_(std::move(spec)) {
+  const size_t cache = static_cast<size_t>(spec_.kv_heads * spec_.context * spec_.head_dim);
+  k_.assign(spec_.layers, std::vector<float>(cache, 0.0f));
+  v_.assign(spec_.layers, std::vector<float>(cache, 0.0f));
+}
+
+Failure StaticDecoding::forward(const Array& tokens, const Array& input_pos, std::vector<Array>& outputs) {
+  if (tokens.dtype != "int64" || input_pos.dtype != "int64" || tokens.numel() != input_pos.numel() ||
+      tokens.numel() == 0)
+    return {2, program_ + ": a decoder call takes int64 tokens [1, T] and input_pos [T] alike"};
+  const int64_t n = static_cast<int64_t>(tokens.numel());
+  const int64_t* ids = tokens.as<int64_t>();
+  const int64_t* pos = input_pos.as<int64_t>();
+  const int64_t start = pos[0];
+  for (int64_t i = 1; i < n; ++i)
+    if (pos[i] != start + i) return {2, program_ + ": input_pos must be consecutive positions"};
+  if (start < 0 || start + n > spec_.context)
+    return {2, program_ + ": positions " + std::to_string(start) + ".." + std::to_string(start + n - 1) +
+                   " are beyond the context of " + std::to_string(spec_.context) + " the program was built for"};
+  Array logits;
+  for (int64_t done = 0; done < n;) {
+    const bool single = n - done == 1;
+    const int64_t width = single ? 1 : spec_.chunk;
+    const int64_t take = std::min(width, n - done);
+    if (Failure f = run(single ? spec_.decode_method : spec_.prefill_method, width, ids + done, take, start + done,
+                        logits))
+      return f;
+    done += take;
+  }
+  outputs.clear();
+  outputs.push_back(std::move(logits));
+  return {};
+}
+
+Failure StaticDecoding::run(const std::string& method, int64_t width, const int64_t* ids, int64_t n, int64_t start,
+                            Array& logits) {
+  const int64_t context = spec_.context, heads = spec_.kv_heads, dim = spec_.head_dim;
+  std::vector<Array> inputs;
+  Array tokens = array("int32", {1, width}), positions = array("int32", {width});
+  auto* t = reinterpret_cast<int32_t*>(tokens.data.data());
+  auto* p = reinterpret_cast<int32_t*>(positions.data.data());
+  for (int64_t i = 0; i < width; ++i) {
+    t[i] = i < n ? static_cast<int32_t>(ids[i]) : 0;
+    p[i] = static_cast<int32_t>(std::min(start + i, start + n - 1));  // padded rows: never read
+  }
+  Array mask = array("float32", {1, 1, width, context + width});
+  auto* m = reinterpret_cast<float*>(mask.data.data());
+  for (int64_t row = 0; row < width; ++row) {
+    float* r = m + row * (context + width);
+    for (int64_t key = 0; key < context + width; ++key) {
+      const bool seen = key < start || (key >= context && key - context <= std::min(row, n - 1));
+      r[key] = seen ? 0.0f : static_cast<float>(spec_.masked_value);
+    }
+  }
+  inputs.push_back(std::move(tokens));
+  inputs.push_back(std::move(positions));
+  inputs.push_back(std::move(mask));
+  for (auto* caches : {&k_, &v_})
+    for (const auto& c : *caches) {
+      Array a = array("float32", {1, heads, context, dim});
+      std::memcpy(a.data.data(), c.data(), c.size() * sizeof(float));
+      inputs.push_back(std::move(a));
+    }
+  std::vector<Array> out;
+  if (Failure f = bundle_.run(program_, method, inputs, out)) return f;
+  if (out.size() != static_cast<size_t>(1 + 2 * spec_.layers) || out[0].shape.size() != 3)
+    return {1, program_ + "." + method + ": returned " + std::to_string(out.size()) + " outputs, the static form has " +
+                   std::to_string(1 + 2 * spec_.layers)};
+  for (int64_t l = 0; l < spec_.layers; ++l)
+    for (int kind = 0; kind < 2; ++kind) {  // the call's first n rows go to slots start..start+n-1
+      const float* fresh = out[1 + kind * spec_.layers + l].as<float>();
+      float* cache = (kind == 0 ? k_ : v_)[l].data();
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(cache + (h * context + start) * dim, fresh + h * width * dim, n * dim * sizeof(float));
+    }
+  const int64_t vocab = out[0].shape[2];
+  logits = array("float32", {1, vocab});
+  std::memcpy(logits.data.data(), out[0].as<float>() + (n - 1) * vocab, vocab * sizeof(float));
+  return {};
+}
+
+}  // namespace deployc
