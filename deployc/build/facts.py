@@ -92,7 +92,7 @@ class Measurement(Frozen):
     tokens: TokenParity | None = None  # text-generation programs
     text: TextMetrics | None = None  # text-generation programs with a held-out text
     self_test_text: TextMetrics | None = None  # the same over the positions the self-test vectors carry
-    latency_ms: float | None = None  # median of the middle point's forward, on this host
+    latency_ms: float | None = None  # median of the middle point's forward on this host (a static decoder: one token)
     load_s: float | None = None
 
 
