@@ -339,6 +339,7 @@ def save(archs: list[Arch], folder: Path, seed: int = 0) -> dict[str, str]:
 
 UNITS = {"cpu": "arduino_q", "npu": "snapdragon"}  # the unit each coverage row is built on, and its target
 NPU_SEQ = 16  # the npu takes static shapes only: text models are built at this many tokens there
+NPU_CONTEXT = 64  # decoders on the npu: their static form's context (the zoo's max_position_embeddings)
 
 
 def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples: int = 16, unit: str = "cpu",
@@ -350,6 +351,8 @@ def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples:
     for arch in archs:
         static = f", dims: {{seq: {{min: {NPU_SEQ}, max: {NPU_SEQ}}}}}" \
             if unit == "npu" and arch.family in ("encoder", "decoder") else ""
+        if unit == "npu" and arch.task == "text-generation":  # the static form: chunks of NPU_SEQ tokens
+            static = f", npu: {{prefill: {NPU_SEQ}, context: {NPU_CONTEXT}}}"
         for scheme in schemes:
             if rows is not None and (arch.name, scheme) not in rows:
                 continue

@@ -76,6 +76,14 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                     "prompts" if held else f"greedy parity from seeded prompts only: {u.export.text_reason}")
             console.result(f"  {u.model}: verified {text}, {u.verify.generate} tokens each")
     for u in build_plan.units():
+        form = u.export.static
+        if form is not None:
+            calibrated = (f"; calibrated on {'the held-out text' if u.export.text else 'seeded token ids'} through "
+                          "the same driver" if u.quantize.recipe.method == "pt2e" else "")
+            console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
+                           f"tokens a call and a decode method of 1, KV caches of {form.context} positions in and "
+                           f"out{calibrated}")
+    for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
         if budget.estimate_bytes is not None and limit is not None and budget.estimate_bytes > limit:

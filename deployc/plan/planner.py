@@ -176,11 +176,11 @@ def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[tuple[Un
                                         f"'{r.target}' cannot build on this machine: {reason}; {why}",
                                         "install the toolchain, or set fallback: next in the profile")])
         if r.unit:
-            refused = problem.startswith("cannot build ")
+            elsewhere = problem.startswith(("cannot build ", "takes a decoder only"))
             raise PlanError([Diagnostic(r.unit_at or r.quantization_at,
                                         f"models.{r.model}.overrides.{r.target}.unit: unit '{unit.name}' "
                                         f"({unit.backend}) cannot build this model: {problem}",
-                                        "leave the unit out: the plan then takes the next unit that can" if refused
+                                        "leave the unit out: the plan then takes the next unit that can" if elsewhere
                                         else f"unit '{unit.name}' supports: {', '.join(unit.quantization)}")])
         skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem or ""))
     if chosen:

@@ -55,6 +55,13 @@ class Bundle(BundleFiles):
                                f"host: {exc}") from exc
         return self._methods[(program, name)]
 
+    def load(self, program: str, method: str = "forward") -> None:
+        """Loads a method; a static decoder's `forward` (its interface) is its two methods."""
+        static = self.programs[program].get("static_decoder")
+        names = [static["prefill_method"], static["decode_method"]] if static and method == "forward" else [method]
+        for name in names:
+            self.method(program, name)
+
     def _prepare(self, program: str) -> None:
         """What the program's backend needs in this process (QNN: its host libraries and the HTP emulator)."""
         from deployc.core.errors import BuildError
@@ -141,7 +148,7 @@ class Bundle(BundleFiles):
         t = time.perf_counter()
         for stage in runnable:  # load every program first: stage latencies exclude loading
             if stage["program"]:
-                self.method(stage["program"], stage["method"])
+                self.load(stage["program"], stage["method"])
         load_ms = round((time.perf_counter() - t) * 1000.0, 3)
         latency: dict[str, float] = {}
         for stage in runnable:

@@ -177,8 +177,8 @@ class Qnn(BackendBase):
         # export the model again, strictly).
         backend_type = flatbuffer_to_option(generate_qnn_executorch_option(specs)).backend_options.backend_type
         aten, passes = {}, {}
-        for name, ep in programs.items():
-            _fold_constants(ep)
+        for name, program in programs.items():
+            ep = _fold_constants(program)
             manager = get_qnn_pass_manager_cls(backend_type)()
             aten[name] = manager.transform_for_export_pipeline(ep)
             passes[name] = manager.get_to_edge_transform_passes(ep, compiler_specs=specs)
@@ -198,18 +198,20 @@ class Qnn(BackendBase):
         return {"segment_alignment": get_qnn_context_binary_alignment()}
 
 
-def _fold_constants(program: Any) -> None:
+def _fold_constants(program: Any) -> Any:
     """Compute once what does not depend on the inputs (position tables, ALiBi slopes, masks built from
     `arange` and `full`), keeping quantize/dequantize nodes as they are, so the graph QNN gets holds
     constants, not their recipes. QNN's own preprocessing folds such nodes into static tensors inside a
     delegate, and a static tensor cannot be a delegate's output: measured on Bloom, whose ALiBi slopes
     are raised to a power on the CPU (the HTP has no pow of those dtypes), the first delegate's context
     binary bound 5 outputs where the program passed 7 ("binds 6 tensors ... but ExecuTorch passed 8
-    arguments"). On a static graph after calibration, so calibration still sees the model as written."""
+    arguments"). On a static graph after calibration, so calibration still sees the model as written.
+    In-place operators are made functional first (nothing decomposed): an in-place ReLU on a folded
+    table (Swin v2's position-bias MLP, WavLM's) would write to a constant, which lowering refuses."""
     from executorch.exir.operator.util import _QUANT_PRIMITIVES
     from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
-    constant_prop_pass(program, custom_skip_targets=set(_QUANT_PRIMITIVES))
+    return constant_prop_pass(program.run_decompositions({}), custom_skip_targets=set(_QUANT_PRIMITIVES))
 
 
 def _unstamp(edge: Any) -> None:
