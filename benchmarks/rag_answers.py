@@ -1,7 +1,8 @@
 """How well the offline RAG demo answers, measured: for every question of rag_questions.json, whether the
 passage that answers it is retrieved first, and whether the answer contains that passage's key term;
 for the decoder in eager fp32 PyTorch (with the bundle's own retrieval) and for each built bundle's
-program (arduino_q and snapdragon run the same 8da4w XNNPACK decoder; their embedders differ).
+program (arduino_q: the 8da4w XNNPACK decoder on its CPU; snapdragon: the 16a8w decoder on the NPU, run on
+QNN's HTP emulator here).
 
     .venv/bin/python benchmarks/rag_answers.py [DIST]   # DIST: dist/rag-offline/1.0.0 (`make demo` builds it)
 
@@ -63,11 +64,15 @@ def eager_bundle(folder: Path, manifest: Path = MANIFEST, model: str = "llm") ->
 
 
 def variants(dist: Path, manifest: Path = MANIFEST) -> dict[str, Any]:
+    """The eager decoder, and each target's bundle named by where its decoder runs."""
     from deployc.runtime.pipeline_runner import Bundle
 
-    return {"fp32 eager (arduino_q retrieval)": eager_bundle(dist / "arduino_q", manifest),
-            "8da4w arduino_q cpu": Bundle(dist / "arduino_q"),
-            "8da4w snapdragon cpu (NPU retrieval)": Bundle(dist / "snapdragon")}
+    out: dict[str, Any] = {"fp32 eager (arduino_q retrieval)": eager_bundle(dist / "arduino_q", manifest)}
+    for target in ("arduino_q", "snapdragon"):
+        bundle = Bundle(dist / target)
+        llm, embedder = bundle.programs["llm"], bundle.programs["embedder"]
+        out[f"{llm['quantization']} {target} {llm['unit']} ({embedder['unit']} retrieval)"] = bundle
+    return out
 
 
 def main() -> None:

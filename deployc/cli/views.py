@@ -50,7 +50,9 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
         if u.fallbacks:
             skipped.append(f"  {u.model} on {u.target}: if {u.unit} ({u.backend}) cannot build it: "
-                           + ", then ".join(f"{f.unit} ({f.backend})" for f in u.fallbacks))
+                           + ", then ".join(f"{f.unit} ({f.backend}" + (f", {f.quantization})" if f.quantization
+                                                                         != u.quantization else ")")
+                                            for f in u.fallbacks))
     console.table(table)
     for line in skipped:
         console.result(line)

@@ -10,6 +10,8 @@ from typing import Literal
 from deployc.core.records import Frozen
 
 PREFILL, DECODE = "prefill", "decode"
+# The verification's call that reads a stretch of text in prefill chunks and returns every position's logits.
+SCORE = "score"
 # Added to the score of a key a query must not see: finite, as in Qualcomm's masks, so that a 16-bit
 # quantized mask keeps its range; exp(-255) is 0 in fp16 and in fp32.
 MASKED = -255.0

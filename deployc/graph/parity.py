@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from deployc.core.static_decoder import SCORE
 from deployc.graph.inputs import make_inputs
 from deployc.plan.build_plan import Export
 
@@ -72,6 +73,15 @@ def text_checks(model: Any, export: Export) -> list[tuple[list[Call], list[list[
             refs = [[model(*inputs).detach().clone()] for _, _, inputs in calls]
         out.append((calls, refs, window[1:]))
     return out
+
+
+def scored(calls: list[Call], refs: list[list[Any]]) -> tuple[list[Call], list[list[Any]]]:
+    """A window's one-token calls as one `score` call of all its tokens, its reference every position's
+    logits [1, T, vocab]: how a decoder in the static form reads text (its prefill method, in chunks)."""
+    tokens = torch.cat([inputs[0] for _, _, inputs in calls], dim=1)
+    positions = torch.cat([inputs[1] for _, _, inputs in calls])
+    return [(SCORE, {"seq": tokens.shape[1]}, [tokens, positions])], [[torch.stack([r[0].reshape(-1) for r in refs])
+                                                                       .unsqueeze(0)]]
 
 
 def leading_matches(reference: list[Any], got: list[Any]) -> int:

@@ -129,8 +129,11 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
                              identical=sum(n == len(s) for n, s in zip(leading, sequences)))
     text = shipped = None
     if texts:
-        positions = [(references[i][0], result["outputs"][i][0], target)
-                     for window, targets in texts for i, target in zip(window, targets)]
+        positions = []  # a call scores its last position, or (a static decoder's `score`) every one of them
+        for window, targets in texts:
+            refs = [row for i in window for row in references[i][0].reshape(-1, references[i][0].shape[-1])]
+            gots = [row for i in window for row in result["outputs"][i][0].reshape(-1, references[i][0].shape[-1])]
+            positions += list(zip(refs, gots, targets))
         try:
             text = text_metrics(text_file, positions)
             shipped = text_metrics("self-test", positions[:self_test_positions]) if self_test_positions else None

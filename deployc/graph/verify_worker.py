@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployc.core.static_decoder import StaticDecoderLayout
+from deployc.core.static_decoder import SCORE, StaticDecoderLayout
 
 LATENCY_RUNS = 5
 
@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
 
 
 def static_forward(program: Any, layout: StaticDecoderLayout) -> dict[str, Callable[[list[Any]], list[Any]]]:
-    """`forward(tokens, input_pos)` of a decoder in the static form: the driver over its two methods."""
+    """`forward(tokens, input_pos)` of a decoder in the static form, and `score` (the logits at every
+    position): the driver over its two methods."""
     import numpy as np
     import torch
 
@@ -68,7 +69,8 @@ def static_forward(program: Any, layout: StaticDecoderLayout) -> dict[str, Calla
         return [o.numpy() for o in loaded[method]([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
 
     session = StaticDecoding(layout, call)
-    return {"forward": lambda inputs: [torch.from_numpy(session.forward(inputs[0].numpy(), inputs[1].numpy()))]}
+    return {"forward": lambda inputs: [torch.from_numpy(session.forward(inputs[0].numpy(), inputs[1].numpy()))],
+            SCORE: lambda inputs: [torch.from_numpy(session.score(inputs[0].numpy(), inputs[1].numpy()))]}
 
 
 if __name__ == "__main__":

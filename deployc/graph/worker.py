@@ -191,7 +191,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     texts: list[tuple[list[int], list[int]]] = []
     windows: list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = []
     if unit.verify.generate:
-        from deployc.graph.parity import generation_checks, text_checks
+        from deployc.graph.parity import generation_checks, scored, text_checks
 
         context = int(unit.lower.constants.get("max_seq_len", 0))
         for calls, refs in generation_checks(model, export, unit.verify.generate, context, export.seed):
@@ -199,8 +199,10 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             checks += calls
             references += refs
         for calls, refs, targets in text_checks(model, export):
-            texts.append((list(range(len(checks), len(checks) + len(calls))), targets))
             windows.append([(m, p, inp, ref, t) for (m, p, inp), ref, t in zip(calls, refs, targets)])
+            if export.static is not None:  # one call reads the window in prefill chunks (the emulator is slow)
+                calls, refs = scored(calls, refs)
+            texts.append((list(range(len(checks), len(checks) + len(calls))), targets))
             checks += calls
             references += refs
     self_test_positions = self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows)

@@ -150,23 +150,30 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     return recipe, None
 
 
-def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[tuple[Unit, Recipe]], list[Skipped]]:
+Chosen = tuple[Unit, Recipe, ResolvedModel]
+
+
+def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[Chosen], list[Skipped]]:
     """The units that can build the model, in priority order (the first is used; with `fallback: next`
-    the others are tried in turn when building on it fails), and the units passed over before it."""
+    the others are tried in turn when building on it fails), and the units passed over before it. A unit
+    to fall back to that does not take a target override's scheme builds the model's own scheme."""
     profile = r.profile.profile
     candidates = [profile.unit(r.unit)] if r.unit else list(profile.units)
     skipped: list[Skipped] = []
-    chosen: list[tuple[Unit, Recipe]] = []
+    chosen: list[Chosen] = []
     for unit in candidates:
         assert unit is not None  # pins were checked at load time
         recipe, problem = _problem(r, unit, toolchain)
         if recipe is not None:
-            chosen.append((unit, recipe))
+            chosen.append((unit, recipe, r))
             if r.unit or profile.fallback == "error":
                 break
             continue
-        if chosen:
-            continue  # after the chosen unit: not a candidate to fall back to, nothing to report
+        if chosen:  # after the chosen unit: a candidate to fall back to, or nothing to report
+            own = _problem(r.own_scheme, unit, toolchain)[0] if r.own_scheme is not None else None
+            if own is not None and r.own_scheme is not None:
+                chosen.append((unit, own, r.own_scheme))
+            continue
         problem = problem or ""
         if problem.startswith("toolchain") and (profile.fallback == "error" or r.unit):
             reason = toolchain.backends[unit.backend].reason
@@ -205,7 +212,7 @@ def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
 
 def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
     chosen, skipped = _choose_units(r, toolchain)
-    plans = [_planned_on(project, r, unit, recipe, toolchain, inputs) for unit, recipe in chosen]
+    plans = [_planned_on(project, resolved, unit, recipe, toolchain, inputs) for unit, recipe, resolved in chosen]
     return plans[0].model_copy(update={"skipped": skipped, "fallbacks": plans[1:]})
 
 

@@ -45,6 +45,9 @@ class ResolvedModel:
     architecture: str | None = None  # a Hugging Face source's model_type
     npu: NpuDecoding | None = None  # a decoder's static form on an NPU unit (this target's, else the model's)
     npu_at: Location | None = None
+    # With a target override's scheme: the same model in its own scheme, for fallback units that do not take
+    # the override's (an NPU's 16a8w falls back to a CPU in the model's 8da4w).
+    own_scheme: ResolvedModel | None = None
 
     @property
     def dynamic_dims(self) -> list[str]:
@@ -81,7 +84,7 @@ def resolve(project: Project) -> list[ResolvedModel]:
             npu = ov.npu if ov is not None and ov.npu is not None else spec.npu
             unit = ov.unit if ov else None
             unit_at = doc.locate((*base, "overrides", target, "unit")) if unit else None
-            out.append(ResolvedModel(
+            resolved = ResolvedModel(
                 model=name, target=target, profile=project.profiles[target], spec=spec,
                 quantization=quant, quantization_at=doc.locate(q_path),
                 quantization_field=".".join(str(p) for p in q_path),
@@ -90,5 +93,11 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
                                      for n, d in (ov.dims if ov else {}).items()}},
                 architecture=project.architectures.get(name),
-                npu=npu, npu_at=doc.locate(npu_path) if npu is not None else None))
+                npu=npu, npu_at=doc.locate(npu_path) if npu is not None else None)
+            if quant.scheme != spec.quantization.scheme:
+                resolved = dataclasses.replace(resolved, own_scheme=dataclasses.replace(
+                    resolved, quantization=spec.quantization, quantization_at=doc.locate((*base, "quantization")),
+                    quantization_field=f"models.{name}.quantization",
+                    tolerances=_tolerances(spec.quantization.scheme, spec.verify, ov.verify if ov else None)))
+            out.append(resolved)
     return out

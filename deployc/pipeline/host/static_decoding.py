@@ -27,6 +27,10 @@ class StaticDecoding:
 
     def forward(self, tokens: Any, input_pos: Any) -> np.ndarray:
         """Logits of the last of the call's positions, [1, vocab]."""
+        return self.score(tokens, input_pos)[:, -1, :]
+
+    def score(self, tokens: Any, input_pos: Any) -> np.ndarray:
+        """Logits at every one of the call's positions, [1, T, vocab]: text read in prefill chunks."""
         ids = np.asarray(tokens).reshape(-1)
         positions = np.asarray(input_pos).reshape(-1)
         n, context = len(ids), self.layout.context
@@ -39,16 +43,16 @@ class StaticDecoding:
         if start < 0 or start + n > context:
             raise ValueError(f"positions {start}..{start + n - 1} are beyond the context of {context} the program "
                              "was built for")
-        logits = np.zeros(0, dtype=np.float32)
+        rows = []
         done = 0
         while done < n:
             single = n - done == 1
             width = 1 if single else self.layout.chunk
             take = min(width, n - done)
-            logits = self._run(self.layout.decode_method if single else self.layout.prefill_method, width,
-                               ids[done:done + take], start + done)
+            rows.append(self._run(self.layout.decode_method if single else self.layout.prefill_method, width,
+                                  ids[done:done + take], start + done))
             done += take
-        return logits
+        return np.concatenate(rows, axis=1)
 
     def _run(self, method: str, width: int, ids: np.ndarray, start: int) -> np.ndarray:
         n, layout = len(ids), self.layout
@@ -67,4 +71,4 @@ class StaticDecoding:
         for i in range(layout.layers):
             self.k[i][:, :, start:start + n] = np.asarray(outputs[1 + i])[:, :, :n]
             self.v[i][:, :, start:start + n] = np.asarray(outputs[1 + layout.layers + i])[:, :, :n]
-        return logits[:, n - 1, :]
+        return logits[:, :n, :]
