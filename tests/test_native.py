@@ -4,6 +4,7 @@ runtime on real bundles, a native embed -> retrieve pipeline, and bad bundles re
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_native_pipeline_answers_from_text_like_deployc_run(runner: Path, rag: P
     assert proc.returncode == 0, proc.stderr[-1000:]
     result = json.loads(proc.stdout)
     assert result["stages"]["retrieve"]["chunks"][0]["source"] == "corpus/honeybees.md" and result["threads"] == 1
+
+
+def test_native_pipeline_drives_the_npu_decoder_like_deployc_run(runner: Path, rag: Path) -> None:
+    """Snapdragon's bundle: the embedder and the decoder (its static form, on QNN's HTP emulator) both on the
+    npu. The runner's driver and deployc run's choose the same tokens from the same prompt."""
+    from deployc.targets.backends.qnn_host import environment
+
+    bundle = rag / "snapdragon"
+    proc = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", f"query={QUESTIONS[1]}"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **environment()})
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    native = json.loads(proc.stdout)
+    python = _python_bundle(bundle)
+    config = json.loads((bundle / "runtime.json").read_text())
+    generate = next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")
+    tokens = python.stage(generate, {"prompt": native["stages"]["prompt"]["text"]},
+                          json.loads(generate["params_json"]))["tokens"]
+    assert native["stages"]["answer"]["tokens"]["data"] == tokens[0].tolist()
+    assert "three hearts" in native["outputs"]["answer"]
 
 
 def _npy(folder: Path, name: str, a: np.ndarray) -> Path:

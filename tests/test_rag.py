@@ -67,6 +67,14 @@ def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -
                                            if s["name"] == "query_tokens")["params_json"])
     npu_index = json.loads((rag / "snapdragon" / "assets" / "indexes" / "docs.json").read_text())
     assert npu_index["chunks"] == index["chunks"] and npu_index["count"] == index["count"]
+    # The decoder on the NPU too, in the static form: a prefill and a decode method, caches in and out.
+    llm = next(p for p in npu["programs"] if p["name"] == "llm")
+    assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "fp16")
+    assert (llm["static_decoder"]["chunk"], llm["static_decoder"]["context"]) == (32, 384)
+    assert {m["name"] for m in llm["methods"]} >= {"prefill", "decode"}
+    v = llm["verification"]
+    assert v["tokens_identical"] == 8 and v["top1"] >= 0.99 and v["kl"] < 0.001
+    assert next(p for p in arduino["programs"] if p["name"] == "llm")["quantization"] == "8da4w"
 
 
 @pytest.mark.parametrize("target", ["arduino_q", "snapdragon"])
@@ -149,8 +157,8 @@ def test_generation_matches_the_eager_model(rag: Path) -> None:
 
 def test_answers_come_from_the_retrieved_passage(rag: Path) -> None:
     """The demo's promise, measured (README.md reports these counts; benchmarks/rag_answers.py prints them):
-    on 12 questions the right passage comes first and most answers contain its key term, in eager fp32
-    and from both bundles' 8da4w programs."""
+    on 12 questions the right passage comes first and most answers contain its key term, in eager fp32,
+    from arduino_q's 8da4w CPU program and from snapdragon's NPU program (on the HTP emulator)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from rag_answers import questions, score, variants
 

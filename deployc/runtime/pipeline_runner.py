@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,12 @@ class Bundle(BundleFiles):
         starts at position 0 again overwrites them."""
         if program not in self._sessions:
             shapes = StaticDecoderLayout.model_validate({k: v for k, v in static.items() if k != "mask_layout"})
+            # A weak reference: the bundle holds the session, and a cycle back to it would keep its programs
+            # (and the QNN context, whose teardown prints) alive past `deployc run`'s capture of library output.
+            bundle = weakref.proxy(self)
 
             def call(method: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
-                return self._call(program, tensors, method)
+                return bundle._call(program, tensors, method)
 
             self._sessions[program] = StaticDecoding(shapes, call)
         return self._sessions[program]
