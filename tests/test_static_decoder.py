@@ -140,6 +140,19 @@ models:
     npu: {prefill: 8, context: 48}
     overrides:
       snapdragon: {unit: npu}
+  coded:
+    task: text-generation
+    source: {factory: "models.testnets:deployc_decoder"}
+    inputs:
+      tokens: {shape: [1, seq], dtype: int64, range: [0, 119]}
+      input_pos: {shape: [seq], dtype: int64, fill: arange}
+    dims: {seq: {min: 1, max: 48}}
+    outputs: {logits: {shape: [1, 120]}}
+    constants: {max_seq_len: 48, eos_ids: [2], vocab_size: 120}
+    quantization: fp16
+    npu: {prefill: 8, context: 48}
+    overrides:
+      snapdragon: {unit: npu}
 pipeline:
   inputs: {query: {type: text}}
   outputs: {answer: answer.text, tokens: answer.tokens}
@@ -168,7 +181,7 @@ def npu_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tk.save(str(directory / "tokenizer.json"))
     result, report = build_json(manifest, folder / "dist", folder / "cache", timeout=1200)
     assert result.code == 0, result.err[-3000:]
-    assert [u["status"] for u in report["units"]] == ["built"]
+    assert [u["status"] for u in report["units"]] == ["built", "built"]
     return folder / "dist" / "npu-gen" / "0.1.0" / "snapdragon"
 
 
@@ -177,7 +190,12 @@ def test_the_npu_decoder_is_verified_on_the_emulator_and_described_for_the_app(n
     import json
 
     config = json.loads((npu_decoder / "runtime.json").read_text())
-    [llm] = config["programs"]
+    llm, coded = (next(p for p in config["programs"] if p["name"] == n) for n in ("llm", "coded"))
+    # A factory's decoder (deployc's class, built in code) gets the same form; without a tokenizer it is
+    # judged by greedy parity from seeded prompts.
+    assert (coded["unit"], coded["static_decoder"]["context"]) == ("npu", 48)
+    assert coded["verification"]["status"] == "passed" and coded["verification"]["tokens_generated"] == 32
+    assert coded["verification"]["tokens_prompts"] == 8 and coded["verification"]["text_positions"] == 0
     assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "fp16")
     v = llm["verification"]
     assert v["status"] == "passed" and v["tokens_matched"] == 32 and v["tokens_identical"] == 8
@@ -237,10 +255,45 @@ def test_the_self_tests_drive_the_static_form_on_the_host_and_natively(npu_decod
 
     r = cli("inspect", str(npu_decoder), "--self-test", "--json")
     assert r.code == 0, r.err[-2000:]
-    [host] = json.loads(r.out)["self_test"]
+    host = next(p for p in json.loads(r.out)["self_test"] if p["program"] == "llm")
     proc = subprocess.run([str(runner), str(npu_decoder), "--self-test"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **environment()})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    [native] = json.loads(proc.stdout)["programs"]
+    native = next(p for p in json.loads(proc.stdout)["programs"] if p["program"] == "llm")
     assert host["status"] == native["status"] == "passed"
     assert abs(host["text"]["kl"] - native["text"]["kl"]) < 1e-6 and host["cases"] == native["cases"]
+
+
+NOT_OURS = """\
+apiVersion: deployc/v1
+name: not-ours
+version: 0.1.0
+targets: [snapdragon]
+models:
+  llm:
+    task: text-generation
+    source: {factory: "models.tiny_llm:build", kwargs: {vocab_size: 64, dim: 16, layers: 1, heads: 2, hidden: 32,
+                                                          max_seq_len: 32}}
+    inputs:
+      tokens: {shape: [1, seq], dtype: int64, range: [0, 63]}
+      input_pos: {shape: [seq], dtype: int64, fill: arange}
+    dims: {seq: {min: 1, max: 32}}
+    constants: {max_seq_len: 32, eos_ids: [2]}
+    quantization: fp16
+    npu: {prefill: 8, context: 32}
+    overrides:
+      snapdragon: {unit: npu}
+"""
+
+
+@pytest.mark.slow
+def test_a_decoder_the_static_form_cannot_be_made_from_fails_at_export_naming_why(tmp_path: Path) -> None:
+    from conftest import make_project, run_subprocess
+
+    manifest = make_project(tmp_path / "project", NOT_OURS, "m.yaml")
+    r = run_subprocess("build", str(manifest), "--out", str(tmp_path / "dist"), "--cache-dir", str(tmp_path / "cache"),
+                       cwd=manifest.parent)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert ("FAILED llm on snapdragon (npu) at export: the static form is made from deployc's decoder (a "
+            "Llama-family Hugging Face directory, or a factory returning deployc.graph.decoder.Decoder); this model "
+            "is a TinyLlama") in r.out, r.out

@@ -299,8 +299,8 @@ def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: lis
 
     export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
     assert export.static is not None
-    static, shapes = static_form(model, export.static)
     at("export")
+    static, shapes = static_form(model, export.static)
     programs = export_static(static, shapes)
     lap("export")
     if recipe.method == "pt2e":
