@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install system-deps clean
+.PHONY: demo test install system-deps arm64-runner clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): pyproject.toml
@@ -18,22 +18,30 @@ install: $(STAMP)
 
 # Debian packages the tests use: the standard flatc decodes runtime.bin against the committed schema;
 # cmake, g++ and the headers build the native runner (`deployc native build`); iproute2 gives the Ray
-# tests a loopback-only network namespace for their two-node cluster.
+# tests a loopback-only network namespace for their two-node cluster. DEB_ARM64: the arm64 runner that
+# checks CPU programs on arm64 kernels under qemu (docs/native.md, "The runner for arm64"; the list is
+# deployc/targets/arm64_runner.py's DEBIAN_PACKAGES).
 DEB_PACKAGES := cmake g++ pkg-config flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev \
 	libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev iproute2
+DEB_ARM64 := g++-aarch64-linux-gnu qemu-user libc6:arm64 libstdc++6:arm64 libflatbuffers-dev:arm64 \
+	libssl-dev:arm64 libutf8proc-dev:arm64 libpcre2-dev:arm64 libpng-dev:arm64 libjpeg-dev:arm64
 system-deps:
-	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
-		$(SUDO) apt-get install -y -qq $(DEB_PACKAGES) >/dev/null; }
+	@dpkg -s $(DEB_PACKAGES) $(DEB_ARM64) >/dev/null 2>&1 || { $(SUDO) dpkg --add-architecture arm64 && \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEB_PACKAGES) $(DEB_ARM64) >/dev/null; }
+
+# The arm64 runner, built once per machine into deployc's toolchain folder (fetches the aarch64 wheel).
+arm64-runner: $(STAMP) system-deps
+	$(BIN)/deployc native build --arch aarch64 >/dev/null
 
 # The main job: build the offline RAG bundle for both targets, then answer a question from it.
-demo: $(STAMP)
+demo: $(STAMP) arm64-runner
 	$(BIN)/deployc validate manifests/*.yaml
 	$(BIN)/deployc plan manifests/rag_offline.yaml
 	$(BIN)/deployc build manifests/rag_offline.yaml --out dist --force
 	$(BIN)/deployc run dist/rag-offline/1.0.0/arduino_q --input query="How do honeybees find flowers?"
 
 # Install everything, lint and type-check, then run the whole test suite.
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps arm64-runner
 	$(BIN)/ruff check deployc tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

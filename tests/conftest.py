@@ -18,8 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory: pytest.TempPathFactory):
     """Nothing a test runs writes into the user's cache: session fixtures' builds and their processes get a
-    cache of the session's own (the per-test fixture below then gives each test its own)."""
+    cache of the session's own (the per-test fixture below then gives each test its own). The toolchain
+    folder stays the machine's: it holds what `make test` prepared (the arm64 runner, the aarch64 wheel),
+    named by content and never changed in place, like pip's own cache."""
+    from deployc.targets.arm64_runner import toolchains_dir
+
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEPLOYC_TOOLCHAINS", str(toolchains_dir()))
         home = tmp_path_factory.mktemp("xdg-cache")
         mp.setenv("XDG_CACHE_HOME", str(home))
         mp.setenv("DEPLOYC_CACHE_DIR", str(home / "deployc"))
@@ -103,11 +108,12 @@ def make_project(folder: Path, manifest_text: str, name: str = "suite.yaml") -> 
     return path
 
 
-def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: float = 600) -> tuple[Result, dict]:
+def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: float = 600,
+               env: dict[str, str] | None = None) -> tuple[Result, dict]:
     import json
 
     r = run_subprocess("build", str(manifest), "--out", str(out), "--cache-dir", str(cache), "--json", *extra,
-                       cwd=manifest.parent, timeout=timeout)
+                       cwd=manifest.parent, timeout=timeout, env=env)
     return r, json.loads(r.out) if r.out.strip() else {}
 
 
@@ -159,6 +165,6 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
 @pytest.fixture(scope="session")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The native reference runner (`deployc native build`), built once per session."""
-    from deployc.runtime.native_build import build_runner
+    from deployc.targets.native_build import build_runner
 
     return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)

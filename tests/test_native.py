@@ -206,7 +206,7 @@ def test_bad_bundles_are_refused_cleanly(runner: Path, suite: Built, tmp_path: P
 
 def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None:
     from deployc.core.errors import BuildError
-    from deployc.runtime.native_build import build_runner
+    from deployc.targets.native_build import build_runner
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no compiler
     with pytest.raises(BuildError, match=r"cmake and c\+\+ not found; install them, e.g. `apt-get install cmake g\+\+"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from deployc.build import arm64_check
 from deployc.build.cache import Cache
 from deployc.build.executors import Executor
 from deployc.build.programs import build
@@ -57,9 +58,10 @@ def check_releases(plan: BuildPlan, out: Path, force: bool) -> list[ReleaseStatu
 
 
 def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force: bool, events: EventSink,
-          say: Say, warn: Say) -> BuildReport:
+          say: Say, warn: Say, emulate: bool = True) -> BuildReport:
+    """emulate: False skips the arm64 check of arm64 devices' CPU programs (reported not-run)."""
     releases = check_releases(plan, out, force)
-    results = build(plan, cache, executor, events, say, warn)
+    results = arm64_check.check(build(plan, cache, executor, events, say, warn), cache, emulate, say)
     bundles: dict[str, BundleResult] = {}
     not_written: dict[str, str] = {}
     unchanged = {s.profile for s in releases if s.state == "unchanged"}

@@ -67,6 +67,20 @@ class Verification(Frozen):
     tolerance: Tolerance
 
 
+class Arm64Check(Frozen):
+    """The program run again by ExecuTorch's arm64 runtime (the aarch64 wheel's XNNPACK and kernels) under
+    qemu-aarch64 on its self-test vectors, judged against eager PyTorch with the unit's tolerances."""
+
+    status: Literal["passed", "failed", "not-run"]
+    reason: str = ""
+    cpu: str = ""  # the emulated CPU model (qemu-aarch64 -cpu)
+    cases: int = 0  # the self-test cases run: the verification points whose tensors fit the vectors
+    metrics: Summary | None = None
+    text: TextMetrics | None = None
+    cached: bool = False  # the same program on the same runner was measured before (cache kind "arm64")
+    seconds: float = 0.0  # what running it under qemu took (0 when cached)
+
+
 class Failure(Frozen):
     step: str
     error: str
@@ -89,6 +103,7 @@ class UnitResult(Frozen):
     failure: Failure | None = None
     facts: ProgramFacts | None = None
     verification: Verification | None = None
+    arm64: Arm64Check | None = None  # programs for an arm64 device's CPU (Verify.arm64_cpu)
     program: str | None = None  # the .pte in the cache
     node: Node | None = None
     attempts: int = 0
@@ -108,6 +123,7 @@ class UnitResult(Frozen):
             "non_delegated_ops": f.non_delegated_ops if f else None,
             "stayed_float": f.stayed_float if f else None,
             "verification": self.verification.model_dump(mode="json") if self.verification else None,
+            "arm64": self.arm64.model_dump(mode="json") if self.arm64 else None,
             "latency_ms": f.measurement.latency_ms if f else None,
             "durations_s": f.durations_s if f else None,
             "built_on": self.node.model_dump(mode="json", exclude_none=True) if self.node else None,

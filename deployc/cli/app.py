@@ -32,6 +32,34 @@ VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", help="show what torch, torchao and the ExecuTorch runtime print (otherwise it goes to log files)")]
 
 
+class Arch(StrEnum):
+    aarch64 = "aarch64"
+
+
+ArchOpt = Annotated[Arch | None, typer.Option(
+    "--arch", help="aarch64: the arm64 Linux runner (cross-built; run here under qemu-aarch64)")]
+CpuOpt = Annotated[str | None, typer.Option(
+    "--cpu", help="with --arch: the CPU model qemu emulates (default: the bundle's device.emulated_cpu)")]
+
+
+def _arm64_runner(console: Console, build_dir: Path | None = None) -> Any:
+    from deployc.core.errors import BuildError
+    from deployc.targets import arm64_runner
+
+    try:
+        runner = arm64_runner.prepare(console.status, build_dir)
+        runner.probe()
+    except arm64_runner.Unavailable as exc:
+        raise BuildError(f"no arm64 runner on this machine: {exc}") from exc
+    return runner
+
+
+def _bundle_cpu(bundle: Path) -> str:
+    from deployc.targets.arm64_runner import bundle_cpu
+
+    return bundle_cpu(bundle, Path.cwd())
+
+
 class ExecutorName(StrEnum):
     local = "local"
     ray = "ray"
@@ -138,6 +166,9 @@ def build_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing release with other content")] = False,
     check_reproducible: Annotated[bool, typer.Option(
         "--check-reproducible", help="build again in a fresh process with an empty cache and compare bytes")] = False,
+    emulate: Annotated[bool, typer.Option(
+        "--emulate/--no-emulate", help="also run arm64 devices' CPU programs on ExecuTorch's arm64 runtime under "
+        "qemu-aarch64 (--no-emulate: report that check not-run)")] = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
@@ -171,7 +202,7 @@ def build_cmd(
         build_plan = make_plan(load_project(manifest), toolchain, target, cache.file_hashes())
         what = [str(manifest), *(["--target", target] if target else [])]
     with console.progress() as events:
-        report = apply(build_plan, out, cache, runner, force=force, events=events, say=console.status,
+        report = apply(build_plan, out, cache, runner, force=force, events=events, say=console.status, emulate=emulate,
                        warn=console.warn)
     if check_reproducible and not report.failed:
         from deployc.cli.reproducibility import rebuild_and_compare
@@ -195,7 +226,7 @@ def build_cmd(
 def inspect(path: Path, json_out: JsonOpt = False,
             self_test: Annotated[bool, typer.Option(
                 "--self-test", help="also run every program on the bundle's self-test vectors (exit 1 on a miss)",
-            )] = False) -> None:
+            )] = False, arch: ArchOpt = None, cpu: CpuOpt = None) -> None:
     """Describe a bundle directory, a bundle archive or a .pte file; verify a bundle against its lock."""
     import tempfile
 
@@ -230,9 +261,11 @@ def inspect(path: Path, json_out: JsonOpt = False,
             info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
             info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
             if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
-                from deployc.runtime.self_test import run_self_test
+                from deployc.runtime.self_test import run_self_test, run_self_test_arm64
 
-                info["self_test"] = [r.model_dump(mode="json") for r in run_self_test(folder)]
+                results = (run_self_test(folder) if arch is None else
+                           run_self_test_arm64(folder, _arm64_runner(console), cpu or _bundle_cpu(folder)))
+                info["self_test"] = [r.model_dump(mode="json") for r in results]
         if json_out:
             console.document(info)
         else:
@@ -278,8 +311,11 @@ def run(
     inputs: Annotated[list[str], typer.Option("--input", help="pipeline input NAME=VALUE (repeatable)")] = [],  # noqa: B006
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
+    arch: ArchOpt = None,
+    cpu: CpuOpt = None,
 ) -> None:
-    """Execute a bundle's pipeline on this host, from the bundle alone."""
+    """Execute a bundle's pipeline on this host, from the bundle alone (--arch aarch64: by the arm64 native
+    runner under qemu-aarch64)."""
     from deployc.core.layout import RUNTIME_JSON
     from deployc.core.library_output import captured
     from deployc.runtime.pipeline_runner import Bundle, jsonable
@@ -293,8 +329,13 @@ def run(
         if not sep or not name:
             raise UserError.at(bundle, f"--input {item!r}: expected NAME=VALUE")
         values[name] = value
-    with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
-        result = Bundle(bundle).run(values)
+    if arch is not None:
+        from deployc.targets.arm64_runner import run_pipeline
+
+        result = run_pipeline(_arm64_runner(console), bundle, values, cpu or _bundle_cpu(bundle))
+    else:
+        with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
+            result = Bundle(bundle).run(values)
     if json_out:
         console.document(jsonable(result))
         return
@@ -304,14 +345,24 @@ def run(
 
 
 @native_app.command("build")
-def native_build(build_dir: Annotated[Path, typer.Option("--build-dir", help="CMake build directory")] = Path(
-        "native/build")) -> None:
-    """Configure and build the C++ reference runner (native/) against the installed executorch wheel."""
-    from deployc.runtime.native_build import build_runner
+def native_build(build_dir: Annotated[Path | None, typer.Option(
+        "--build-dir", help="CMake build directory (default: native/build; with --arch, deployc's toolchain folder)")]
+        = None, arch: ArchOpt = None) -> None:
+    """Configure and build the C++ reference runner (native/) against the installed executorch wheel, or
+    (--arch aarch64) cross-compile it for arm64 Linux against the aarch64 wheel's runtime."""
+    from deployc.targets.native_build import build_runner
 
     console = Console()
-    runner = build_runner(build_dir, console.status)
-    console.result(f"built {runner}")
+    if arch is None:
+        console.result(f"built {build_runner(build_dir or Path('native/build'), console.status)}")
+        return
+    runner = _arm64_runner(console, build_dir)
+    copy, system = runner.libraries()
+    console.result(f"built {runner.binary} (arm64 Linux)")
+    console.result("copy these beside it on the device and run it with LD_LIBRARY_PATH set to that folder:")
+    for library in copy:
+        console.result(f"  {library}")
+    console.result(f"the device's own arm64 libraries provide the rest: {', '.join(system)}")
 
 
 @native_app.command("qnn-env")

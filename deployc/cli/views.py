@@ -13,7 +13,7 @@ from deployc.cli.console import Console
 from deployc.core.sizes import format_size
 
 if TYPE_CHECKING:
-    from deployc.build.results import BuildReport
+    from deployc.build.results import Arm64Check, BuildReport
     from deployc.plan.build_plan import BuildPlan
     from deployc.plan.releases import ReleaseStatus
     from deployc.targets.profile import LoadedProfile, Origin
@@ -110,6 +110,16 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
 
 
+def arm64_figures(check: Arm64Check) -> str:
+    """The arm64 check in a table cell: `arm64 cos 0.99995, 44.1 dB`, `arm64 not-run`."""
+    if check.metrics is None:
+        return f"arm64 {check.status}"
+    figures = f"cos {check.metrics.min_cosine:.5f}, {check.metrics.min_sqnr_db:.1f} dB"
+    if check.text:
+        figures = text_figures(check.text.perplexity, check.text.reference_perplexity, check.text.kl, check.text.top1)
+    return f"arm64 {figures}" if check.status == "passed" else f"arm64 {check.status}: {figures}"
+
+
 def render_build(console: Console, report: BuildReport) -> None:
     # Latency is this host's (an NPU program's is the HTP emulator's on x86): not the device's.
     table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
@@ -117,12 +127,17 @@ def render_build(console: Console, report: BuildReport) -> None:
     for r in report.units:
         f, v = r.facts, r.verification
         vtext: str = v.status if v else "-"
+        x86 = "x86 " if r.arm64 else ""  # both runtimes' figures side by side
+        arm64 = f"; {arm64_figures(r.arm64)}" if r.arm64 else ""
         if v and v.metrics:
-            vtext += f" (cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB)"
+            here = arm64 if not v.text else ""  # a decoder's arm64 figures follow its text figures
+            vtext += f" ({x86}cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB{here})"
         if v and v.text:
             vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
         if v and v.tokens:
             vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
+        if v and v.text and arm64:
+            vtext += arm64
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",
@@ -147,6 +162,8 @@ def render_build(console: Console, report: BuildReport) -> None:
     for r in report.units:
         if r.verification and r.verification.status == "not-run":
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
+        if r.arm64 and r.arm64.status == "not-run":
+            console.result(f"not run on arm64: {r.unit.model} on {r.unit.target}: {r.arm64.reason}")
     for t, b in report.bundles.items():
         console.result(f"bundle {t}: {b.dir}  ({b.archive})")
     for t, why in report.bundles_not_written.items():

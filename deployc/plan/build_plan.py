@@ -163,6 +163,9 @@ class Verify(Frozen):
     max_perplexity_ratio: float | None = None
     max_kl: float | None = None
     min_top1: float | None = None
+    # An arm64 device's CPU program is also run by ExecuTorch's arm64 runtime under qemu-aarch64, emulating
+    # this CPU model (the profile's device.emulated_cpu); "": no arm64 check.
+    arm64_cpu: str = ""
 
 
 class CheckBudget(Frozen):

@@ -65,7 +65,7 @@ from deployc.plan.resolve import (
 )
 from deployc.plan.toolchain import Toolchain
 from deployc.targets.backends import BACKENDS
-from deployc.targets.profile import Budgets, Unit
+from deployc.targets.profile import DEFAULT_EMULATED_CPU, Budgets, Unit
 
 # A decoder judged on held-out text: its logits' cosine and SQNR at seeded token ids are reported, and
 # judged only where the manifest sets a tolerance for them (a quantized decoder that keeps its perplexity
@@ -248,6 +248,9 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         run, reason = False, f"not run on this host: {toolchain.runs[unit.backend].reason}"
     else:
         run, reason = True, ""
+    device = unit.device or r.profile.profile.device
+    arm64_cpu = (device.emulated_cpu or DEFAULT_EMULATED_CPU
+                 if run and backend.arm64_checked and device.abi.startswith("arm64") else "")
     estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
     if spec.source.factory is not None:
         sources, packages = _sources(folder, spec.source.factory, inputs)
@@ -274,7 +277,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         Verify(run=run, reason=reason, points=verification_points(dims),
                min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
                min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
-               max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0,
+               max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0, arm64_cpu=arm64_cpu,
                **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
                   if text is not None else {})),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),

@@ -89,3 +89,27 @@ def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> Se
             missed += judge_text(text, base.max_perplexity_ratio, base.max_kl, base.min_top1)
     return base.model_copy(update={"status": "failed" if missed else "passed", "reason": "; ".join(missed),
                                    "cases": len(cases), "summary": summary, "text": text})
+
+
+def run_self_test_arm64(folder: Path, runner: Any, cpu: str) -> list[SelfTestResult]:
+    """The same check by the arm64 native runner under qemu-aarch64 (targets/arm64_runner.py), emulating
+    `cpu`: its `--self-test` rows in this module's terms. QNN and other delegates are not in the aarch64
+    wheel: their programs are not-run, with that reason."""
+    doc = runner.self_test(folder, cpu)
+    config = json.loads((folder / RUNTIME_JSON).read_text())
+    tolerances = {p["name"]: p["verification"] for p in config["programs"]}
+    results = []
+    for row in doc["programs"]:
+        v = tolerances.get(row["program"], {})
+        t = row.get("text")
+        results.append(SelfTestResult(
+            program=row["program"], backend=row["backend"], status=row["status"],
+            reason=(f"on arm64 ({cpu}, qemu): " if row["reason"] else "") + row["reason"], cases=row["cases"],
+            summary=Summary(max_abs=row["max_abs"], min_cosine=row["min_cosine"], min_sqnr_db=row["min_sqnr_db"])
+            if "min_cosine" in row else None,
+            text=TextMetrics(file="self-test", positions=t["positions"], perplexity=t["perplexity"],
+                             reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"]) if t else None,
+            min_cosine=row["tolerance_min_cosine"], min_sqnr_db=row["tolerance_min_sqnr_db"],
+            max_perplexity_ratio=v.get("tolerance_max_perplexity_ratio", 0.0), max_kl=v.get("tolerance_max_kl", 0.0),
+            min_top1=v.get("tolerance_min_top1", 0.0)))
+    return results

@@ -17,6 +17,10 @@ from deployc.core.yaml_io import Document, load_file
 from deployc.load.diagnostics import closest, diagnostics_from
 from deployc.targets.backends import BACKENDS, BackendName
 
+# The arm64 check's CPU when a profile names none: Armv8.2-A with dot product and fp16 arithmetic, the
+# common phone core of recent years.
+DEFAULT_EMULATED_CPU = "cortex-a76"
+
 
 class Device(Frozen):
     soc: str = Field(description="system on chip, e.g. SM8650")
@@ -24,6 +28,9 @@ class Device(Frozen):
     abi: str = Field(description="arm64-v8a, armv8m.main, ...")
     name: str = ""
     notes: str = ""
+    emulated_cpu: str = Field(default="", description=(
+        "arm64 devices: the CPU model the arm64 check emulates (a `qemu-aarch64 -cpu` model, with options), "
+        "e.g. cortex-a53; default cortex-a76"))
 
 
 class Budgets(Frozen):

@@ -303,6 +303,15 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
     return f;
   }
   if (Failure f = check_inputs(*p, *m, inputs)) return f;
+  double start = now_ms();
+  StdoutToStderr quiet(p->backend == "qnn");
+  Failure f = execute(*loaded_[program]->module, program, method, inputs, outputs);
+  if (milliseconds) *milliseconds = now_ms() - start;
+  return f;
+}
+
+Failure execute(Module& module, const std::string& label, const std::string& method, const std::vector<Array>& inputs,
+                std::vector<Array>& outputs) {
   std::vector<executorch::extension::TensorPtr> tensors;
   std::vector<EValue> values;
   for (const auto& a : inputs) {
@@ -311,12 +320,9 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
                                                              scalar_type(a.dtype)));
     values.emplace_back(*tensors.back());
   }
-  double start = now_ms();
-  StdoutToStderr quiet(p->backend == "qnn");
-  auto result = loaded_[program]->module->execute(method, values);
-  if (milliseconds) *milliseconds = now_ms() - start;
+  auto result = module.execute(method, values);
   if (!result.ok())
-    return fail(1, program + "." + method + ": execution failed (error " +
+    return fail(1, label + "." + method + ": execution failed (error " +
                        std::to_string(static_cast<int>(result.error())) + ")");
   outputs.clear();
   for (const auto& v : result.get()) {

@@ -11,6 +11,10 @@
 #include "npy.h"
 #include "static_decoder.h"
 
+namespace executorch::extension::module {
+class Module;
+}
+
 namespace deployc {
 
 // How much of the bundle open() checks before anything loads. Full: every file's sha256 (what a first
@@ -45,5 +49,10 @@ class Bundle {
   std::map<std::string, std::unique_ptr<Loaded>> loaded_;
   std::map<std::string, std::unique_ptr<StaticDecoding>> sessions_;  // per static decoder: its caches
 };
+
+// Runs one method of a loaded program on the given inputs (no checks against a config: Bundle::run makes
+// those); `label` names the program in the failure.
+Failure execute(executorch::extension::module::Module& module, const std::string& label, const std::string& method,
+                const std::vector<Array>& inputs, std::vector<Array>& outputs);
 
 }  // namespace deployc

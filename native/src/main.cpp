@@ -9,6 +9,9 @@
 //                                                           stages that need them; --stream: generated text
 //                                                           to stderr as it comes)
 //   deployc-runner BUNDLE --self-test                       every program on its self-test vectors (exit 1 on a miss)
+//   deployc-runner --measure PROGRAM.pte VECTORS.json [--data PROGRAM.ptd]
+//                                                           one program on self-test vectors, without a bundle:
+//                                                           worst cosine/SQNR/max-abs (and text measures) as JSON
 //   deployc-runner --raw PROGRAM.pte --input A.npy ...     the anchor: a bare ExecuTorch Module load and one
 //                                                           call, no bundle, no checks (benchmarks/load_bench.py)
 //   any of these: [--threads N]                             override the config's XNNPACK thread count
@@ -47,7 +50,7 @@ namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
                "[--repeat N]] [--pipeline [--text NAME=VALUE] [--file NAME=PATH] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
-               "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --op VECTOR.json\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
+               "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --op VECTOR.json\n       deployc-runner --measure PROGRAM.pte VECTORS.json [--data PROGRAM.ptd]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
 }
@@ -162,6 +165,15 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// deployc's check of a program on this runtime's kernels: measures, prints JSON, judges nothing.
+int measure(int argc, char** argv) {
+  if (argc != 4 && !(argc == 6 && std::string(argv[4]) == "--data")) return usage();
+  nlohmann::json result;
+  if (Failure f = measure_program(argv[2], argc == 6 ? argv[5] : "", argv[3], result)) return report(f);
+  std::cout << result.dump() << "\n";
+  return 0;
+}
+
 // The anchor for load timings: what a minimal app does with a .pte and nothing else.
 int raw(int argc, char** argv) {
   using executorch::extension::Module;
@@ -199,6 +211,7 @@ int main(int argc, char** argv) {
   if (std::string(argv[1]) == "--tokenize") return tokenize(argc, argv);
   if (std::string(argv[1]) == "--preprocess") return preprocess(argc, argv);
   if (std::string(argv[1]) == "--op") return run_op(argc, argv);
+  if (std::string(argv[1]) == "--measure") return measure(argc, argv);
   std::string dir = argv[1], program, method = "forward", output_dir, until;
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;

@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
+
+#include <executorch/extension/module/module.h>
 
 namespace deployc {
 
 using nlohmann::json;
+
+using RunMethod = std::function<Failure(const std::string&, const std::vector<Array>&, std::vector<Array>&)>;
 
 namespace {
 constexpr double kExactSqnrDb = 300.0;  // as the Python side reports bit-exact outputs
@@ -103,6 +108,78 @@ struct TextMetrics {
   double mean_kl() const { return std::max(kl / positions, 0.0); }
   double top1() const { return static_cast<double>(agree) / positions; }
 };
+
+
+// The program on every case of a self-test document: worst cosine/SQNR/max-abs over the plain cases, the
+// text measures over the held-out text cases. Stops at the first run that fails (`run_failure`) or the
+// first case the outputs do not fit (`failure`). A Failure only for vectors that cannot be read.
+struct Measured {
+  Metrics worst{0, 1, kExactSqnrDb};
+  TextMetrics text;
+  int cases = 0;
+  Failure run_failure;
+  std::string failure;
+};
+
+Failure measure(const RunMethod& run, const json& doc, const std::string& file, Measured& m) {
+  int version = doc.is_discarded() ? 0 : doc.value("schema_version", 0);
+  if (doc.is_discarded() || (version != 1 && version != 2) || !doc.contains("cases"))
+    return {2, "self-test: " + file + " is unreadable or of an unknown schema version"};
+  for (const auto& c : doc.at("cases")) {
+    std::vector<Array> inputs, expected, outputs;
+    for (const auto& t : c.at("inputs")) {
+      inputs.emplace_back();
+      if (!to_array(t, inputs.back())) return {2, "self-test: " + file + ": a damaged input tensor"};
+    }
+    for (const auto& t : c.at("expected")) {
+      expected.emplace_back();
+      if (!to_array(t, expected.back())) return {2, "self-test: " + file + ": a damaged output tensor"};
+    }
+    if ((m.run_failure = run(c.at("method").get<std::string>(), inputs, outputs))) {
+      m.failure = m.run_failure.message;
+      return {};
+    }
+    if (outputs.size() != expected.size()) {
+      m.failure = std::to_string(outputs.size()) + " outputs, the vectors hold " + std::to_string(expected.size());
+      return {};
+    }
+    if (c.contains("target")) {  // held-out text: judged as a next-token distribution
+      int64_t target = c.at("target").get<int64_t>();
+      if (outputs.empty() || outputs[0].numel() != expected[0].numel() || target < 0 ||
+          static_cast<size_t>(target) >= expected[0].numel()) {
+        m.failure = "a held-out text case does not fit the program's logits";
+        return {};
+      }
+      m.text.add(expected[0], outputs[0], target);
+      ++m.cases;
+      continue;
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].numel() != expected[i].numel()) {
+        m.failure = "output " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) + " values, " +
+                    std::to_string(expected[i].numel()) + " expected";
+        return {};
+      }
+      Metrics one = compare(expected[i], outputs[i]);
+      m.worst.max_abs = std::max(m.worst.max_abs, one.max_abs);
+      m.worst.cosine = std::min(m.worst.cosine, one.cosine);
+      m.worst.sqnr_db = std::min(m.worst.sqnr_db, one.sqnr_db);
+    }
+    ++m.cases;
+  }
+  return {};
+}
+
+void put_measures(const Measured& m, json& row) {
+  row["cases"] = m.cases;
+  row["min_cosine"] = m.worst.cosine;
+  row["min_sqnr_db"] = m.worst.sqnr_db;
+  row["max_abs"] = m.worst.max_abs;
+  if (m.text.positions > 0)
+    row["text"] = {{"positions", m.text.positions}, {"perplexity", m.text.perplexity()},
+                   {"reference_perplexity", m.text.reference_perplexity()}, {"kl", m.text.mean_kl()},
+                   {"top1", m.text.top1()}};
+}
 }  // namespace
 
 Failure self_test(Bundle& bundle, json& result) {
@@ -124,83 +201,27 @@ Failure self_test(Bundle& bundle, json& result) {
       row["reason"] = "not run on this host: this runner has no " + p.backend + " delegate";
     } else {
       std::ifstream in(bundle.dir() + "/" + vectors->file);
-      json doc = json::parse(in, nullptr, false);
-      int version = doc.is_discarded() ? 0 : doc.value("schema_version", 0);
-      if (doc.is_discarded() || (version != 1 && version != 2) || !doc.contains("cases"))
-        return {2, "self-test: " + vectors->file + " is unreadable or of an unknown schema version"};
-      Metrics worst{0, 1, kExactSqnrDb};
-      TextMetrics text;
-      std::string failure;
-      bool not_run = false;
-      for (const auto& c : doc.at("cases")) {
-        std::vector<Array> inputs, expected, outputs;
-        for (const auto& t : c.at("inputs")) {
-          inputs.emplace_back();
-          if (!to_array(t, inputs.back())) return {2, "self-test: " + vectors->file + ": a damaged input tensor"};
-        }
-        for (const auto& t : c.at("expected")) {
-          expected.emplace_back();
-          if (!to_array(t, expected.back())) return {2, "self-test: " + vectors->file + ": a damaged output tensor"};
-        }
-        Failure f = bundle.run(p.name, c.at("method").get<std::string>(), inputs, outputs);
-        if (f.exit_code == 2 && p.backend == "qnn") {  // no QNN libraries on this host
-          not_run = true;
-          row["reason"] = "not run on this host: " + f.message;
-          break;
-        }
-        if (f) {
-          failure = f.message;
-          break;
-        }
-        if (outputs.size() != expected.size()) {
-          failure = std::to_string(outputs.size()) + " outputs, the vectors hold " + std::to_string(expected.size());
-          break;
-        }
-        if (c.contains("target")) {  // held-out text: judged as a next-token distribution
-          int64_t target = c.at("target").get<int64_t>();
-          if (outputs.empty() || outputs[0].numel() != expected[0].numel() || target < 0 ||
-              static_cast<size_t>(target) >= expected[0].numel()) {
-            failure = "a held-out text case does not fit the program's logits";
-            break;
-          }
-          text.add(expected[0], outputs[0], target);
-          row["cases"] = row["cases"].get<int>() + 1;
-          continue;
-        }
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          if (outputs[i].numel() != expected[i].numel()) {
-            failure = "output " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) + " values, " +
-                      std::to_string(expected[i].numel()) + " expected";
-            break;
-          }
-          Metrics m = compare(expected[i], outputs[i]);
-          worst.max_abs = std::max(worst.max_abs, m.max_abs);
-          worst.cosine = std::min(worst.cosine, m.cosine);
-          worst.sqnr_db = std::min(worst.sqnr_db, m.sqnr_db);
-        }
-        row["cases"] = row["cases"].get<int>() + 1;
-        if (!failure.empty()) break;
-      }
-      if (not_run) {
-        // stays not-run, with the reason
-      } else if (!failure.empty()) {
+      Measured m;
+      auto run = [&](const std::string& method, const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+        return bundle.run(p.name, method, inputs, outputs);
+      };
+      if (Failure f = measure(run, json::parse(in, nullptr, false), vectors->file, m)) return f;
+      if (m.run_failure.exit_code == 2 && p.backend == "qnn") {  // no QNN libraries on this host
+        row["reason"] = "not run on this host: " + m.run_failure.message;
+      } else if (!m.failure.empty()) {
+        row["cases"] = m.cases;
         row["status"] = "failed";
-        row["reason"] = failure;
+        row["reason"] = m.failure;
       } else {
-        row["min_cosine"] = worst.cosine;
-        row["min_sqnr_db"] = worst.sqnr_db;
-        row["max_abs"] = worst.max_abs;
+        put_measures(m, row);
         std::string missed;
-        if (worst.cosine < p.tolerance_min_cosine)
-          missed += "cosine " + std::to_string(worst.cosine) + " < " + std::to_string(p.tolerance_min_cosine);
-        if (worst.sqnr_db < p.tolerance_min_sqnr_db)
-          missed += (missed.empty() ? "" : "; ") + std::string("SQNR ") + std::to_string(worst.sqnr_db) + " dB < " +
-                    std::to_string(p.tolerance_min_sqnr_db) + " dB";
+        auto add = [&missed](const std::string& what) { missed += (missed.empty() ? "" : "; ") + what; };
+        if (m.worst.cosine < p.tolerance_min_cosine)
+          add("cosine " + std::to_string(m.worst.cosine) + " < " + std::to_string(p.tolerance_min_cosine));
+        if (m.worst.sqnr_db < p.tolerance_min_sqnr_db)
+          add("SQNR " + std::to_string(m.worst.sqnr_db) + " dB < " + std::to_string(p.tolerance_min_sqnr_db) + " dB");
+        const TextMetrics& text = m.text;
         if (text.positions > 0) {
-          row["text"] = {{"positions", text.positions}, {"perplexity", text.perplexity()},
-                         {"reference_perplexity", text.reference_perplexity()}, {"kl", text.mean_kl()},
-                         {"top1", text.top1()}};
-          auto add = [&missed](const std::string& m) { missed += (missed.empty() ? "" : "; ") + m; };
           if (!std::isfinite(text.perplexity())) add("the program's logits are not finite on the held-out text");
           if (p.tolerance_max_perplexity_ratio > 0) {
             double ratio = text.perplexity() / text.reference_perplexity();
@@ -221,6 +242,23 @@ Failure self_test(Bundle& bundle, json& result) {
     programs.push_back(row);
   }
   result = {{"passed", passed}, {"programs", programs}};
+  return {};
+}
+
+Failure measure_program(const std::string& pte, const std::string& data, const std::string& vectors, json& result) {
+  using executorch::extension::Module;
+  std::ifstream in(vectors);
+  if (!in) return {2, "self-test vectors " + vectors + ": cannot read the file"};
+  auto module = data.empty() ? std::make_unique<Module>(pte, Module::LoadMode::Mmap)
+                             : std::make_unique<Module>(pte, data, Module::LoadMode::Mmap);
+  if (module->load() != executorch::runtime::Error::Ok) return {1, pte + ": the runtime cannot load the program"};
+  Measured m;
+  auto run = [&](const std::string& method, const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+    return execute(*module, "program", method, inputs, outputs);
+  };
+  if (Failure f = measure(run, json::parse(in, nullptr, false), vectors, m)) return f;
+  result = {{"status", m.failure.empty() ? "measured" : "failed"}, {"reason", m.failure}};
+  put_measures(m, result);
   return {};
 }
 

@@ -13,4 +13,10 @@ namespace deployc {
 // bundle the check cannot read; a program that misses its tolerance is status "failed".
 Failure self_test(Bundle& bundle, nlohmann::json& result);
 
+// One program file (and its external weights, if any) on a self-test vectors file, without a bundle or a
+// judgement: how deployc's build checks a program on another architecture's runtime (arm64 under qemu).
+// result: {"status": "measured"|"failed", "reason", "cases", "min_cosine", "min_sqnr_db", "max_abs", "text"?}.
+Failure measure_program(const std::string& pte, const std::string& data, const std::string& vectors,
+                        nlohmann::json& result);
+
 }  // namespace deployc

@@ -80,6 +80,9 @@ class BackendBase:
     # Takes text-generation models only in their static form (graph/static_decoder.py): KV caches as inputs
     # and outputs, fixed chunks. The manifest's `npu:` gives the chunk and the context.
     static_decoders: bool = False
+    # Its programs run on the device's CPU through the kernels of ExecuTorch's runtime: on an arm64 device
+    # the build also runs them on the aarch64 wheel's runtime under qemu (targets/arm64_runner.py).
+    arm64_checked: bool = False
 
     @property
     def schemes(self) -> frozenset[str]:

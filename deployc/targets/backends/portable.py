@@ -4,4 +4,5 @@ from __future__ import annotations
 
 from deployc.targets.backends.base import BackendBase
 
-BACKEND = BackendBase(name="portable", methods={"fp32": "none"}, modules=("executorch.exir",), external_weights=True)
+BACKEND = BackendBase(name="portable", methods={"fp32": "none"}, modules=("executorch.exir",), external_weights=True,
+                      arm64_checked=True)

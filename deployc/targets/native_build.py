@@ -23,7 +23,11 @@ def executorch_prefix() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def build_runner(build_dir: Path, progress: Callable[[str], None], jobs: int | None = None) -> Path:
+def build_runner(build_dir: Path, progress: Callable[[str], None], jobs: int | None = None,
+                 prefixes: tuple[Path, ...] = (), cmake_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> Path:
+    """prefixes: where CMake finds executorch (default: the installed wheel) and other libraries;
+    cmake_args, env: more configure arguments and environment (a cross build's toolchain file, pkg-config path)."""
     if not (SOURCE / "CMakeLists.txt").is_file():
         raise BuildError(f"the runner's sources are not at {SOURCE} (a checkout of the deployc repository has them)")
     missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
@@ -31,13 +35,14 @@ def build_runner(build_dir: Path, progress: Callable[[str], None], jobs: int | N
         raise BuildError(f"{' and '.join(missing)} not found; install them, e.g. "
                          f"`apt-get install {DEBIAN_PACKAGES}`")
     steps = [
-        ["cmake", "-S", str(SOURCE), "-B", str(build_dir), f"-DCMAKE_PREFIX_PATH={executorch_prefix()}",
-         "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "-S", str(SOURCE), "-B", str(build_dir),
+         f"-DCMAKE_PREFIX_PATH={';'.join(str(p) for p in prefixes or (executorch_prefix(),))}",
+         "-DCMAKE_BUILD_TYPE=Release", *cmake_args],
         ["cmake", "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 1)],
     ]
     for cmd in steps:
         progress("$ " + " ".join(cmd))
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
             hint = (f" (missing packages? `apt-get install {DEBIAN_PACKAGES}`)"

@@ -1,0 +1,116 @@
+"""Programs for an arm64 device's CPU, checked on arm64 kernels: each program that passed its verification
+on this x86 host is run again by ExecuTorch's arm64 runtime under qemu-aarch64 (targets/arm64_runner.py) on
+its self-test vectors (the verification points, eager PyTorch's outputs) and judged with the unit's own
+tolerances. A miss fails the unit. Measurements are cached by program key and runner identity: the same
+program on the same runner and emulated CPU gives the same numbers.
+
+Runs in the build's driver process (no torch): one qemu process per program.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from deployc.build.cache import Cache
+from deployc.build.facts import PROGRAM_DATA_FILE, Summary, TextMetrics
+from deployc.build.results import Arm64Check, Failure, UnitResult
+from deployc.core.digests import key_of
+from deployc.core.events import Say
+from deployc.core.self_test_vectors import SELF_TEST_FILE
+from deployc.graph.metrics import judge, judge_text
+
+MEASURED_FILE = "arm64.json"
+SKIPPED = "skipped: deployc build --no-emulate"
+
+
+def _wanted(r: UnitResult) -> bool:
+    return (r.status != "failed" and r.verification is not None and r.verification.status == "passed"
+            and bool(r.unit.verify.arm64_cpu) and r.program is not None)
+
+
+def _measure(runner: Any, cache: Cache, r: UnitResult) -> tuple[dict[str, Any], float | None]:
+    """The runner's measurement of the unit's program: (document, seconds it took; None: from the cache)."""
+    cpu = r.unit.verify.arm64_cpu
+    store = cache.of_kind("arm64")
+    key = key_of(r.unit.program_key, runner.identity, cpu)
+    entry, _ = store.get(key)
+    if entry is not None:
+        return json.loads(entry.file(MEASURED_FILE).read_text()), None
+    assert r.program is not None
+    runner.probe()
+    folder = Path(r.program).parent
+    data = folder / PROGRAM_DATA_FILE
+    start = time.perf_counter()
+    doc = runner.measure(Path(r.program), folder / SELF_TEST_FILE, data if data.is_file() else None, cpu)
+    with store.lock(key):
+        if store.get(key)[0] is None:
+            staging = store.tmp_dir()
+            (staging / MEASURED_FILE).write_text(json.dumps(doc, sort_keys=True))
+            store.put(key, staging)
+    return doc, round(time.perf_counter() - start, 2)
+
+
+def _judged(r: UnitResult, doc: dict[str, Any], seconds: float | None) -> UnitResult:
+    cached = seconds is None
+    v, cpu = r.unit.verify, r.unit.verify.arm64_cpu
+    where = f"on arm64 (ExecuTorch's aarch64 runtime under qemu-aarch64 -cpu {cpu})"
+    if doc.get("status") != "measured":
+        check = Arm64Check(status="failed", reason=doc.get("reason", ""), cpu=cpu, cases=doc.get("cases", 0),
+                           cached=cached, seconds=seconds or 0.0)
+        return r.model_copy(update={"arm64": check, "status": "failed", "failure": Failure(
+            step="verify-arm64", error=f"{where}: {check.reason}")})
+    summary = Summary(max_abs=doc["max_abs"], min_cosine=doc["min_cosine"], min_sqnr_db=doc["min_sqnr_db"])
+    missed = judge(summary, v.min_cosine, v.min_sqnr_db, v.max_abs) if doc["cases"] else []
+    text = None
+    if "text" in doc:
+        t = doc["text"]
+        x86 = r.verification.text if r.verification else None
+        text = TextMetrics(file=x86.file if x86 else "", positions=t["positions"], perplexity=t["perplexity"],
+                           reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"])
+        if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
+            missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
+    check = Arm64Check(status="failed" if missed else "passed", reason="; ".join(missed), cpu=cpu,
+                       cases=doc["cases"], metrics=summary, text=text, cached=cached, seconds=seconds or 0.0)
+    if not missed:
+        return r.model_copy(update={"arm64": check})
+    return r.model_copy(update={"arm64": check, "status": "failed", "failure": Failure(
+        step="verify-arm64", error=f"{where}, verification against eager PyTorch missed: " + "; ".join(missed))})
+
+
+def check(results: dict[str, UnitResult], cache: Cache, emulate: bool, say: Say) -> dict[str, UnitResult]:
+    """Every unit whose program is for an arm64 CPU gets its `arm64` check (passed, failed or not-run)."""
+    wanted = [label for label, r in results.items() if _wanted(r)]
+    if not wanted:
+        return results
+    checked = dict(results)
+    if not emulate:
+        for label in wanted:
+            r = results[label]
+            checked[label] = r.model_copy(update={"arm64": Arm64Check(status="not-run", reason=SKIPPED,
+                                                                      cpu=r.unit.verify.arm64_cpu)})
+        return checked
+    from deployc.targets import arm64_runner
+
+    # A program shared by targets runs once.
+    measured: dict[tuple[str, str], tuple[dict[str, Any], float | None]] = {}
+    try:
+        runner = arm64_runner.prepare(say)
+        for label in wanted:
+            r = results[label]
+            at = (r.unit.program_key, r.unit.verify.arm64_cpu)
+            if at not in measured:
+                measured[at] = _measure(runner, cache, r)
+                seconds = measured[at][1]
+                if seconds is not None:
+                    say(f"{r.unit.label}: checked on arm64 ({r.unit.verify.arm64_cpu}, qemu) in {seconds:.1f} s")
+            checked[label] = _judged(r, *measured[at])
+    except arm64_runner.Unavailable as exc:
+        for label in wanted:
+            r = results[label]
+            if checked[label].arm64 is None:
+                checked[label] = r.model_copy(update={"arm64": Arm64Check(
+                    status="not-run", reason=f"no arm64 runner on this machine: {exc}", cpu=r.unit.verify.arm64_cpu)})
+    return checked
