@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Built
+from conftest import REPO, Built, run_subprocess
 
 from deployc.packaging.runtime_config import encode
 
@@ -96,6 +96,21 @@ def test_native_pipeline_answers_from_text_like_deployc_run(runner: Path, rag: P
     assert proc.returncode == 0, proc.stderr[-1000:]
     result = json.loads(proc.stdout)
     assert result["stages"]["retrieve"]["chunks"][0]["source"] == "corpus/honeybees.md" and result["threads"] == 1
+
+
+def test_deployc_run_on_arm64_retrieves_and_answers_like_x86(rag: Path) -> None:
+    """The same bundle through the arm64 runner under qemu (the UNO Q's Cortex-A53): other kernels, the
+    same passages (scores within int8 rounding) and, greedy, the same answer."""
+
+    bundle = rag / "arduino_q"
+    x86 = run_subprocess("run", str(bundle), "--input", f"query={QUESTIONS[0]}", "--json")
+    arm = run_subprocess("run", str(bundle), "--arch", "aarch64", "--input", f"query={QUESTIONS[0]}", "--json",
+                         cwd=REPO)
+    assert x86.code == 0 and arm.code == 0, arm.err[-1000:]
+    a, b = json.loads(x86.out)["outputs"], json.loads(arm.out)["outputs"]
+    assert [c["id"] for c in a["sources"]] == [c["id"] for c in b["sources"]]
+    assert np.allclose([c["score"] for c in a["sources"]], [c["score"] for c in b["sources"]], atol=0.02)
+    assert a["answer"] == b["answer"] != ""
 
 
 def test_native_pipeline_drives_the_npu_decoder_like_deployc_run(runner: Path, rag: Path) -> None:
@@ -260,7 +275,6 @@ def _flip_weight_byte(bundle: Path, program: str) -> None:
 
 def test_self_test_vectors_pass_on_the_host_and_natively_and_catch_a_flipped_weight(
         runner: Path, suite: Built, tmp_path: Path) -> None:
-    from conftest import run_subprocess
 
     bundle = suite.bundle("arduino_q")
     config = json.loads((bundle / "runtime.json").read_text())
@@ -298,7 +312,6 @@ def test_self_test_vectors_pass_on_the_host_and_natively_and_catch_a_flipped_wei
 
 
 def test_self_test_says_not_run_for_programs_this_host_cannot_run(suite: Built) -> None:
-    from conftest import run_subprocess
 
     host = run_subprocess("inspect", str(suite.bundle("snapdragon")), "--self-test", "--json")
     assert host.code == 0, host.err[-2000:]
@@ -330,7 +343,6 @@ def test_a_decoders_self_test_judges_its_held_out_text_natively_as_on_the_host(r
     """The RAG decoder's vectors carry the start of its held-out text: both runtimes score them as
     next-token distributions (perplexity, KL, top-1) with the same formulas, and the build judged the
     program on those positions too, so both pass."""
-    from conftest import run_subprocess
 
     bundle = rag / "arduino_q"
     host = run_subprocess("inspect", str(bundle), "--self-test", "--json")

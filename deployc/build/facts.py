@@ -94,6 +94,7 @@ class Measurement(Frozen):
     self_test_text: TextMetrics | None = None  # the same over the positions the self-test vectors carry
     latency_ms: float | None = None  # median of the middle point's forward on this host (a static decoder: one token)
     load_s: float | None = None
+    ran_on: str = ""  # what computed the outputs when it was not the program in the runtime (Verify.host_reference)
 
 
 class ProgramFacts(Frozen):
@@ -112,6 +113,8 @@ class ProgramFacts(Frozen):
     total_ops: int
     delegated_share: float
     non_delegated_ops: list[str]
+    float_ops: list[str] = []  # of those, the ones computing in floating point (not a (de)quantize)
+    scratch_bytes: int = 0  # kernels' scratch buffers (CMSIS-NN), inside the planned arena
     measurement: Measurement
     durations_s: dict[str, float]
     stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point

@@ -99,7 +99,7 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
                            for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
         verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
                                     points=measured.points, tokens=measured.tokens, text=text,
-                                    text_reason=unit.export.text_reason, tolerance=tolerance)
+                                    text_reason=unit.export.text_reason, ran_on=measured.ran_on, tolerance=tolerance)
         if missed:
             failure = Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
     mismatch = output_problem(unit, facts)
@@ -108,6 +108,11 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
         field = "outputs" if method == "forward" else f"methods.{method}.outputs"
         failure = Failure(step="outputs", error=f"models.{unit.model}.{field}: {problem}",
                           at=unit.outputs_at.get(method))
+    if v.int8_only and facts.float_ops and failure is None:
+        failure = Failure(step="int8", error=(
+            f"unit '{unit.unit}' on target '{unit.target}' runs int8 kernels only, and these operators stayed "
+            f"outside them, computing in floating point: {', '.join(facts.float_ops)} (set "
+            f"models.{unit.model}.verify.allow_float_ops: true to ship them as portable kernels)"))
     over = budget_problems(unit, facts)
     if over and failure is None:
         failure = Failure(step="budget", error="; ".join(over))

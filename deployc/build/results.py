@@ -64,6 +64,7 @@ class Verification(Frozen):
     tokens: TokenParity | None = None
     text: TextMetrics | None = None
     text_reason: str = ""  # why a text-generation program has no text figures
+    ran_on: str = ""  # "": the program in this host's runtime; else what ran its lowered graph instead
     tolerance: Tolerance
 
 
@@ -121,6 +122,8 @@ class UnitResult(Frozen):
             "delegated_share": f.delegated_share if f else None,
             "delegates": f.delegates if f else None,
             "non_delegated_ops": f.non_delegated_ops if f else None,
+            "float_ops": f.float_ops if f else None,
+            "scratch_bytes": f.scratch_bytes if f else None,
             "stayed_float": f.stayed_float if f else None,
             "verification": self.verification.model_dump(mode="json") if self.verification else None,
             "arm64": self.arm64.model_dump(mode="json") if self.arm64 else None,

@@ -138,6 +138,8 @@ def render_build(console: Console, report: BuildReport) -> None:
             vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
         if v and v.text and arm64:
             vtext += arm64
+        if v and v.ran_on:  # not the program in a runtime: say what ran
+            vtext += f" ({v.ran_on})"
         latency = f.measurement.latency_ms if f else None
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
                       r.status, format_size(f.size_bytes) if f else "-",
@@ -159,6 +161,15 @@ def render_build(console: Console, report: BuildReport) -> None:
                                                         if r.status != "failed" else
                                                         f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
                                                         "failed too"))
+    for r in report.units:  # a microcontroller's memory, as its app must provide it
+        limits = r.unit.budget.limits
+        if r.facts and ("sram" in limits or "flash" in limits):
+            f = r.facts
+            console.result(f"memory: {r.unit.model} on {r.unit.target} ({r.unit.unit}): arena "
+                           f"{format_size(f.planned_memory_bytes)} (kernel scratch {format_size(f.scratch_bytes)} "
+                           f"inside) of sram {format_size(limits['sram']) if 'sram' in limits else '-'}; program "
+                           f"{format_size(f.size_bytes)} of flash "
+                           f"{format_size(limits['flash']) if 'flash' in limits else '-'}")
     for r in report.units:
         if r.verification and r.verification.status == "not-run":
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")

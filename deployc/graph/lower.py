@@ -63,9 +63,10 @@ def drop_unused_constants(program: torch.export.ExportedProgram) -> list[str]:
 
 
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
-                  recipe: Recipe, external_weights: bool = False) -> tuple[dict[str, Any], Any]:
-    """(facts about the partitioned graphs, executorch program manager) for one program of 1+ methods.
-    With external_weights, the manager's tensor data holds one file, weights.ptd."""
+                  recipe: Recipe, external_weights: bool = False) -> tuple[dict[str, Any], Any, Any]:
+    """(facts about the partitioned graphs, executorch program manager, the lowered forward as a
+    PyTorch module when the backend verifies on its reference kernels, else None) for one program of
+    1+ methods. With external_weights, the manager's tensor data holds one file, weights.ptd."""
     from executorch.exir import ExecutorchBackendConfig
 
     backend = BACKENDS[step.backend]
@@ -77,6 +78,7 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
         for method in edge.methods:
             drop_unused_constants(edge.exported_program(method))
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
+        reference = edge.exported_program("forward").module() if backend.host_reference else None
         # Quantized embedding tables export as dequantize + embedding; the fusion pass turns them into
         # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).
         fusion = {"do_quant_fusion_and_const_prop": True} if recipe.embedding_bits else {}
@@ -86,7 +88,7 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
         raise
     except Exception as exc:
         raise BuildError(f"lowering for {step.backend} failed: {type(exc).__name__}: {str(exc)[:400]}") from exc
-    return facts, program
+    return facts, program, reference
 
 
 def _op_name(target: Any) -> str:
@@ -95,20 +97,35 @@ def _op_name(target: Any) -> str:
 
 
 def graph_facts(edge: Any) -> dict[str, Any]:
-    """Delegates per backend, the share of operators delegated, and the operators left outside."""
+    """Delegates per backend, the share of operators delegated, the operators left outside, those of them
+    that compute in floating point (not a (de)quantize at the program's edge), and the kernels' scratch
+    buffers (CMSIS-NN's, as `alloc` nodes the memory planner places in the arena)."""
+    import torch
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
     delegated: Counter[str] = Counter()
     delegated_ops = 0
     outside: list[str] = []
+    floating: set[str] = set()
+    scratch = 0
     for method in sorted(edge.methods):
         gm = edge.exported_program(method).graph_module
         for _, child in gm.named_children():
             if isinstance(child, LoweredBackendModule):
                 delegated[child.backend_id] += 1
                 delegated_ops += sum(1 for n in child.original_module.graph.nodes if n.op == "call_function")
-        outside += [_op_name(n.target) for n in gm.graph.nodes
-                    if n.op == "call_function" and _op_name(n.target) not in ("executorch_call_delegate", "getitem")]
+        for n in gm.graph.nodes:
+            name = _op_name(n.target)
+            if n.op != "call_function" or name in ("executorch_call_delegate", "getitem"):
+                continue
+            outside.append(name)
+            val = n.meta.get("val")
+            if isinstance(val, (tuple, list)) and val:  # e.g. native_layer_norm: (out, mean, rstd)
+                val = val[0]
+            if name == "alloc" and isinstance(val, torch.Tensor):
+                scratch += val.numel() * val.element_size()
+            elif isinstance(val, torch.Tensor) and val.is_floating_point() and "quantize" not in name:
+                floating.add(name)
     total = delegated_ops + len(outside)
     return {
         "delegates": dict(sorted(delegated.items())),
@@ -116,4 +133,6 @@ def graph_facts(edge: Any) -> dict[str, Any]:
         "total_ops": total,
         "delegated_share": round(delegated_ops / total, 4) if total else 0.0,
         "non_delegated_ops": sorted(set(outside)),
+        "float_ops": sorted(floating),
+        "scratch_bytes": scratch,
     }

@@ -97,7 +97,7 @@ def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None
 
     BACKENDS[unit.backend].activate()  # before the verifier starts: it inherits what this sets up
     # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
-    verifier = start_verifier() if unit.verify.run else None
+    verifier = start_verifier() if unit.verify.run and not unit.verify.host_reference else None
     try:
         return _build_steps(unit, folder, staging, at, verifier, log)
     finally:
@@ -153,7 +153,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         tied_embeddings,
         torchao_quantize,
     )
-    from deployc.graph.verify import output_facts, verify
+    from deployc.graph.verify import output_facts, verify, verify_reference
     from deployc.targets.backends import BACKENDS
 
     export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
@@ -248,7 +248,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     at("lower")
     external = unit.serialize.external_weights
-    graph, program = lower_program(programs, lower, recipe, external)
+    graph, program, reference = lower_program(programs, lower, recipe, external)
     methods = method_facts(program.executorch_program)
     lap("lower")
     at("serialize")
@@ -266,7 +266,11 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             written[0].replace(data)
     lap("serialize")
 
-    if verifier is not None:
+    if reference is not None and unit.verify.host_reference:
+        at("verify")
+        measurement = verify_reference(reference, checks, references, unit.verify.host_reference)
+        lap("verify")
+    elif verifier is not None:
         at("verify")
         measurement = verify(pte, checks, references, verifier, log, sequences, data, texts,
                              export.text.file if export.text else "", self_test_positions)
@@ -312,7 +316,7 @@ def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: lis
                                               _exporter(example_inputs(static.decoder, shapes.context, chunk)))
         lap("quantize")
     at("lower")
-    graph, program = lower_program(programs, lower, recipe)
+    graph, program, _ = lower_program(programs, lower, recipe)
     methods = method_facts(program.executorch_program)
     lap("lower")
     at("serialize")

@@ -147,6 +147,9 @@ class VerifySpec(Frozen):
     min_top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
         default=None, description="text-generation models: share of positions where the program's most likely next "
                                   "token is eager fp32's, at least (default per scheme)")
+    allow_float_ops: bool = Field(default=False, description="on a unit whose profile says int8_only: accept a "
+                                  "program with operators left outside the unit's int8 kernels (float or portable "
+                                  "compute); by default such a program fails, naming them")
     enabled: bool = True
 
 

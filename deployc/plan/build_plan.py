@@ -166,6 +166,12 @@ class Verify(Frozen):
     # An arm64 device's CPU program is also run by ExecuTorch's arm64 runtime under qemu-aarch64, emulating
     # this CPU model (the profile's device.emulated_cpu); "": no arm64 check.
     arm64_cpu: str = ""
+    # Run is true but the program is not: its lowered graph runs in PyTorch with these reference kernels
+    # (the backend's `host_reference`), because this host's runtime has none of its kernels.
+    host_reference: str = ""
+    # The unit runs int8 kernels only and the model does not allow others: a program with operators left
+    # outside them fails (ProgramFacts.float_ops).
+    int8_only: bool = False
 
 
 class CheckBudget(Frozen):

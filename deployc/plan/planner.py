@@ -244,7 +244,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
     tol = r.tolerances
     if not tol.enabled:
         run, reason = False, "verification disabled in the manifest"
-    elif not toolchain.runs[unit.backend].usable:
+    elif not toolchain.runs[unit.backend].usable and not backend.host_reference:
         run, reason = False, f"not run on this host: {toolchain.runs[unit.backend].reason}"
     else:
         run, reason = True, ""
@@ -278,6 +278,8 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
                min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
                max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0, arm64_cpu=arm64_cpu,
+               host_reference=backend.host_reference if run and not toolchain.runs[unit.backend].usable else "",
+               int8_only=unit.int8_only and not tol.allow_float_ops,
                **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
                   if text is not None else {})),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),

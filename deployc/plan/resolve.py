@@ -26,6 +26,7 @@ class Tolerances:
     max_kl: float
     min_top1: float
     text: str | None  # the held-out text, relative to the manifest
+    allow_float_ops: bool = False
     explicit: frozenset[str] = frozenset()  # the fields the manifest sets (the rest are the scheme's defaults)
 
 

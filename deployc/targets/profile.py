@@ -50,6 +50,9 @@ class Unit(Frozen):
     threads: Annotated[int, Field(ge=1, le=256)] | None = None
     warmup: Annotated[int, Field(ge=0, le=100)] = 1
     budgets: Budgets | None = Field(default=None, description="per-unit budgets (an MCU's flash and SRAM)")
+    int8_only: bool = Field(default=False, description="the unit runs int8 kernels only: a program with operators "
+                            "left outside them (float or portable compute) fails unless the model allows it "
+                            "(verify.allow_float_ops)")
 
 
 class Profile(Frozen):

@@ -107,3 +107,36 @@ class TwoTower(nn.Module):
 
 def two_tower(dim: int = 32, vocab: int = 500) -> nn.Module:
     return TwoTower(dim, vocab)
+
+
+class DSCNN(nn.Module):
+    """A keyword spotter of MLPerf Tiny's DS-CNN shape: 49x10 MFCC frames in, 12 classes out; a strided
+    convolution, then depthwise-separable blocks (depthwise 3x3, pointwise 1x1, each with batch norm and
+    ReLU), average pooling and a linear layer. Random weights (seeded): a placeholder of the right shape
+    and size for a microcontroller, not a trained spotter."""
+
+    def __init__(self, channels: int, blocks: int, classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(1, channels, (10, 4), stride=(2, 2), padding=(5, 1), bias=False),
+                                   nn.BatchNorm2d(channels), nn.ReLU()]
+        for _ in range(blocks):
+            layers += [nn.Conv2d(channels, channels, 3, padding=1, groups=channels, bias=False),
+                       nn.BatchNorm2d(channels), nn.ReLU(),
+                       nn.Conv2d(channels, channels, 1, bias=False), nn.BatchNorm2d(channels), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(channels, classes)
+
+    def forward(self, mfcc: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.pool(self.features(mfcc)), 1))
+
+
+def ds_cnn(channels: int = 64, blocks: int = 4, classes: int = 12) -> nn.Module:
+    torch.manual_seed(0)
+    model = DSCNN(channels, blocks, classes)
+    # Batch norm statistics of a trained network (random ones would make every layer's range degenerate).
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()

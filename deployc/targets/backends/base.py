@@ -83,6 +83,9 @@ class BackendBase:
     # Its programs run on the device's CPU through the kernels of ExecuTorch's runtime: on an arm64 device
     # the build also runs them on the aarch64 wheel's runtime under qemu (targets/arm64_runner.py).
     arm64_checked: bool = False
+    # What verifies its programs when this host's runtime cannot run them: their lowered graph executed
+    # in PyTorch with the backend's reference kernels (said in every report); "": the runtime runs them.
+    host_reference: str = ""
 
     @property
     def schemes(self) -> frozenset[str]:

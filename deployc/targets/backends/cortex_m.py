@@ -26,7 +26,9 @@ class CortexM(BackendBase):
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
 
-        return CortexMQuantizer()
+        # The explicit-layout pipeline: the legacy one quantizes a convolution only when its tensors are
+        # channels-last in memory, so a model exported as written (NCHW) kept every convolution in float.
+        return CortexMQuantizer(use_explicit_layout=True)
 
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
                 constants: Mapping[str, Any]) -> Any:
@@ -46,8 +48,8 @@ class CortexM(BackendBase):
             raise BuildError(f"unit option cpu: {cpu!r} is not a Cortex-M core; choose one of "
                              f"{', '.join('cortex-' + n.lower() for n in Core.__members__)}")
         edge = to_edge(programs["forward"], compile_config=cortex_m_edge_compile_config())
-        transformed = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
-                                         target_config=CortexMTargetConfig(cpu=Core[member])).transform()
+        transformed = CortexMPassManager(edge.exported_program(), target_config=CortexMTargetConfig(cpu=Core[member]),
+                                         use_explicit_layout=True).transform()
         # executorch 1.5.1 has no public setter for a transformed method (measured; see executorch-notes.md).
         edge._edge_programs["forward"] = transformed
         return edge
@@ -56,4 +58,5 @@ class CortexM(BackendBase):
 BACKEND = CortexM(
     name="cortex_m", methods={"w8a8": "pt2e"}, modules=("executorch.backends.cortex_m", "tosa_serializer"),
     static_shapes_only=True,
-    not_run_here="Cortex-M kernels are not registered in this host's runtime")
+    not_run_here="Cortex-M kernels are not registered in this host's runtime",
+    host_reference="cortex_m reference kernels on this host; not the device runtime")
