@@ -145,3 +145,15 @@ def test_the_arm64_runner_builds_reproducibly(arm: Built, tmp_path: Path) -> Non
     assert {p.name for p in copy} >= {"libexecutorch.so", "libexecutorch_backend_xnnpack.so", "libsentencepiece.so.0"}
     assert "libc.so.6" in system
     shutil.rmtree(tmp_path / "build")
+
+
+def test_an_executorch_other_than_the_pinned_one_gets_no_arm64_runtime(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    from deployc.targets import arm64_runner
+
+    monkeypatch.setenv("DEPLOYC_TOOLCHAINS", str(tmp_path))
+    monkeypatch.setattr(arm64_runner.installed, "version", lambda name: "9.9.0")
+    with pytest.raises(arm64_runner.Unavailable, match="pinned to executorch 1.5.1; this environment has "
+                                                       "executorch 9.9.0"):
+        arm64_runner.runtime(lambda _: None)
+    assert not any(tmp_path.iterdir())  # nothing fetched, nothing half-written

@@ -85,6 +85,14 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
             console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
                            f"tokens a call and a decode method of 1, KV caches of {form.context} positions in and "
                            f"out{calibrated}")
+    for u in build_plan.units():  # verification beyond this host's runtime
+        v = u.verify
+        if v.arm64_cpu:
+            console.result(f"  {u.model} on {u.target} ({u.unit}): also verified on arm64 kernels (ExecuTorch's "
+                           f"aarch64 runtime under qemu-aarch64 -cpu {v.arm64_cpu})")
+        if v.host_reference:
+            console.result(f"  {u.model} on {u.target} ({u.unit}): verified on {v.host_reference}"
+                           + ("; int8 kernels only (float operators fail it)" if v.int8_only else ""))
     for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
