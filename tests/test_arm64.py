@@ -6,6 +6,7 @@ machine cannot run them; the arm64 runner itself is reproducible and runs bundle
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def test_an_executorch_other_than_the_pinned_one_gets_no_arm64_runtime(monkeypat
 
     monkeypatch.setenv("DEPLOYC_TOOLCHAINS", str(tmp_path))
     monkeypatch.setattr(arm64_runner.installed, "version", lambda name: "9.9.0")
-    with pytest.raises(arm64_runner.Unavailable, match="pinned to executorch 1.5.1; this environment has "
-                                                       "executorch 9.9.0"):
+    with pytest.raises(arm64_runner.Unavailable, match=re.escape("pinned to executorch 1.5.1; this environment has "
+                                                                 "executorch 9.9.0")):
         arm64_runner.runtime(lambda _: None)
     assert not any(tmp_path.iterdir())  # nothing fetched, nothing half-written
