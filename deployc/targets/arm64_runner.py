@@ -206,15 +206,8 @@ class Arm64Runner:
         `--measure` document, or {"status": "failed", "reason": ...} when it could not run."""
         args = [str(pte), str(vectors), *(["--data", str(data)] if data else [])]
         proc = self.run(cpu, "--measure", *args)
-        if proc.returncode == 0:
-            try:
-                doc: dict[str, Any] = json.loads(proc.stdout)
-                return doc
-            except json.JSONDecodeError:
-                pass
-        lines = [line for line in proc.stderr.strip().splitlines() if "cpuinfo" not in line]
-        return {"status": "failed", "reason": f"the arm64 runner exited {proc.returncode}: "
-                                              f"{lines[-1] if lines else 'no message'}"}
+        doc = _json(proc) if proc.returncode == 0 else None
+        return doc or {"status": "failed", "reason": f"the arm64 runner exited {proc.returncode}: {_last_line(proc)}"}
 
 
 def _needed(elf: Path) -> list[str]:
@@ -245,7 +238,7 @@ def prepare(progress: Callable[[str], None], build_dir: Path | None = None) -> A
     key = key_of(_sources_key(), WHEEL_SHA256, compiler, UNPACKED_PACKAGES)
     folder = build_dir or toolchains_dir() / f"runner-{ARCH}-{key[:16]}"
     binary = folder / "deployc-runner"
-    if not binary.is_file():
+    if build_dir is not None or not binary.is_file():  # a folder of the user's: CMake decides what is stale
         progress(f"building the arm64 runner into {folder}")
         pkg_config = ":".join([str(p) for p in packages.rglob("pkgconfig")] +
                               ["/usr/lib/aarch64-linux-gnu/pkgconfig", "/usr/share/pkgconfig"])
@@ -288,14 +281,25 @@ def run_pipeline(runner: Arm64Runner, bundle: Path, values: dict[str, str], cpu:
     return _document(runner.run(cpu, *args), "--pipeline")
 
 
-def _document(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
     try:
-        doc: dict[str, Any] = json.loads(proc.stdout)
-        return doc
+        doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        lines = [line for line in proc.stderr.strip().splitlines() if "cpuinfo" not in line]
-        raise RunError(f"the arm64 runner ({what}) exited {proc.returncode}: "
-                       f"{lines[-1] if lines else 'no message'}") from None
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The runner's last message (qemu's cpuinfo notes left out)."""
+    lines = [line for line in proc.stderr.strip().splitlines() if "cpuinfo" not in line]
+    return lines[-1] if lines else "no message"
+
+
+def _document(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+    doc = _json(proc)
+    if doc is None:
+        raise RunError(f"the arm64 runner ({what}) exited {proc.returncode}: {_last_line(proc)}")
+    return doc
 
 
 def proc_text(proc: subprocess.CompletedProcess[str]) -> str:
