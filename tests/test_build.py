@@ -115,10 +115,12 @@ def test_vulkan_program_has_vulkan_delegates_and_is_not_run(suite: Built) -> Non
 
 def test_cortex_m_program_is_static_int8_within_mcu_budgets(suite: Built) -> None:
     u = suite.unit("tiny", "arduino_q")
-    assert u["verification"]["status"] == "not-run"
-    assert "Cortex-M kernels" in u["verification"]["reason"]
+    # Computed on the cortex_m reference kernels (no runtime here has them), and said so everywhere.
+    assert u["verification"]["status"] == "passed" and u["verification"]["metrics"]["min_cosine"] > 0.99
+    assert u["verification"]["ran_on"] == "cortex_m reference kernels on this host; not the device runtime"
     config = json.loads((suite.bundle("arduino_q") / "runtime.json").read_text())
     tiny = next(p for p in config["programs"] if p["name"] == "tiny")
+    assert tiny["verification"]["reason"] == u["verification"]["ran_on"]
     (forward,) = tiny["methods"]
     assert "cortex_m::quantized_linear.out" in forward["operators"] and not forward["delegates"]
     assert forward["planned_memory_bytes"] <= 512 * 1024

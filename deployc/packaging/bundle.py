@@ -58,7 +58,7 @@ def _tensors(specs: list[TensorFacts], dims: dict[str, dict[str, int]]) -> list[
 def _verification(v: Verification) -> dict[str, Any]:
     # Rounded so that last-bit noise in a rebuild cannot change the bundle's bytes.
     m = v.metrics
-    return {"status": v.status, "reason": v.reason,
+    return {"status": v.status, "reason": v.reason or v.ran_on,
             "min_cosine": round(m.min_cosine, 4) if m else 0.0, "min_sqnr_db": round(m.min_sqnr_db, 1) if m else 0.0,
             "max_abs": float(f"{m.max_abs:.3g}") if m else 0.0,
             "tolerance_min_cosine": v.tolerance.min_cosine,
