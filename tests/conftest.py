@@ -117,6 +117,16 @@ def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: flo
     return r, json.loads(r.out) if r.out.strip() else {}
 
 
+def build_project(folder: Path, manifest_text: str, name: str, *extra: str, must_pass: bool = True) -> Built:
+    """A project of this manifest in folder/project (targets and model code beside it), built with --json
+    into folder/dist and folder/cache."""
+    manifest = make_project(folder / "project", manifest_text, name)
+    out, cache = folder / "dist", folder / "cache"
+    result, report = build_json(manifest, out, cache, *extra)
+    assert report and (result.code == 0 or not must_pass), result.err[-3000:]
+    return Built(folder / "project", manifest, out, cache, report, result)
+
+
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The shared build: every backend path that builds here, real export/lower/verify. Built once."""
@@ -154,12 +164,7 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
     found = qnn_host.find(os.environ)
     if isinstance(found, str):
         pytest.fail(f"QNN host libraries missing ({found}); `make test` installs them")
-    folder = tmp_path_factory.mktemp("npu")
-    manifest = make_project(folder / "project", QNN_SUITE, "npu.yaml")
-    out, cache = folder / "dist", folder / "cache"
-    result, report = build_json(manifest, out, cache, "--jobs", "2")
-    assert result.code == 0, result.err[-3000:]
-    return Built(folder / "project", manifest, out, cache, report, result)
+    return build_project(tmp_path_factory.mktemp("npu"), QNN_SUITE, "npu.yaml", "--jobs", "2")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import Built, build_json, make_project, run_subprocess
+from conftest import Built, build_json, build_project, run_subprocess
 
 MANIFEST = """\
 apiVersion: deployc/v1
@@ -43,12 +43,7 @@ models:
 
 @pytest.fixture(scope="module")
 def arm(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    folder = tmp_path_factory.mktemp("arm64")
-    manifest = make_project(folder / "project", MANIFEST, "arm.yaml")
-    out, cache = folder / "dist", folder / "cache"
-    result, report = build_json(manifest, out, cache)
-    assert result.code == 0, result.err[-3000:]
-    return Built(folder / "project", manifest, out, cache, report, result)
+    return build_project(tmp_path_factory.mktemp("arm64"), MANIFEST, "arm.yaml")
 
 
 def test_cpu_programs_of_an_arm64_device_are_judged_on_arm64_kernels_too(arm: Built) -> None:
