@@ -130,10 +130,7 @@ def main() -> None:
         if u["status"] == "failed":
             print(f"{name:<11} FAILED: {u['failure']['error'][:100]}")
             continue
-        v = u["verification"]
-        t, g = v.get("text") or {}, v.get("tokens") or {}
-        ppl, ref = t.get("perplexity", 0.0), t.get("reference_perplexity", 1.0)
-        tokens = f"{g.get('matched', 0)}/{g.get('generated', 0)} ({g.get('identical', 0)}/{g.get('prompts', 0)})"
+        t, ppl, ref, tokens = _figures(u)
         print(f"{name:<11} {u['size_bytes']:>11,} {u['size_bytes'] / base_size:>5.2f}x {ppl:>8.3f} {ref:>9.3f} "
               f"{ppl / ref:>6.4f}x {t.get('kl', 0):>8.5f} {t.get('top1', 0):>6.1%} {tokens:>14} "
               f"{speed[name]:>7.1f} {speed[name] / speed['fp32']:>6.2f}x")
@@ -142,6 +139,14 @@ def main() -> None:
     print(f"\n{len(units)} programs in {elapsed:.0f} s; perplexity, KL and top-1 over {positions} positions of "
           "decoder/heldout.txt; tokens: leading greedy tokens equal to eager fp32's on the worst prompt (prompts "
           f"whose every token is); tok/s: host decode of {DECODE_TOKENS} tokens, x86, 2 cores, not a phone")
+
+
+def _figures(unit: dict) -> tuple[dict, float, float, str]:
+    """A unit's held-out text figures, its perplexity and eager's, and its greedy parity as a cell."""
+    v = unit["verification"]
+    t, g = v.get("text") or {}, v.get("tokens") or {}
+    tokens = f"{g.get('matched', 0)}/{g.get('generated', 0)} ({g.get('identical', 0)}/{g.get('prompts', 0)})"
+    return t, t.get("perplexity", 0.0), t.get("reference_perplexity", 1.0), tokens
 
 
 def _npu_table(work: Path, report: list[dict], elapsed: float) -> None:
@@ -156,10 +161,7 @@ def _npu_table(work: Path, report: list[dict], elapsed: float) -> None:
         if u["status"] == "failed" and not u.get("size_bytes"):
             print(f"{label:<14} FAILED at {u['failure']['step']}: {u['failure']['error'][:100]}")
             continue
-        v = u["verification"]
-        t, g = v.get("text") or {}, v.get("tokens") or {}
-        ppl, ref = t.get("perplexity", 0.0), t.get("reference_perplexity", 1.0)
-        tokens = f"{g.get('matched', 0)}/{g.get('generated', 0)} ({g.get('identical', 0)}/{g.get('prompts', 0)})"
+        t, ppl, ref, tokens = _figures(u)
         bundle = work / "dist" / "decoder-bench" / "0.1.0" / target
         if target == "snapdragon":
             decode, prefill = _npu_calls(bundle, _model(name))
@@ -167,7 +169,7 @@ def _npu_table(work: Path, report: list[dict], elapsed: float) -> None:
             decode, prefill = 1.0 / _decode_speed(bundle, _model(name)), 0.0
         print(f"{label:<14} {u['size_bytes']:>11,} {u['durations_s'].get('lower', 0):>8.1f} {ppl / ref:>6.4f}x "
               f"{t.get('kl', 0):>8.5f} {t.get('top1', 0):>6.1%} {tokens:>14} {decode:>9.3f} {prefill:>10.3f} "
-              f"{v['status']:>7}")
+              f"{u['verification']['status']:>7}")
     print(f"\n{len(units)} programs in {elapsed:.0f} s. npu rows: the static form (prefill 32, context 384) on QNN's "
           "x86 HTP emulator, held-out text read in prefill chunks, greedy parity through decode calls; decode s / "
           "prefill s: the emulator's seconds per call (not a phone's). cpu row: XNNPACK on this x86 host.")
