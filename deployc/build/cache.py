@@ -38,7 +38,8 @@ Status = Literal["cached", "stale", "new"]
 
 def plan_status(plan: BuildPlan, cache: Cache) -> dict[str, Status]:
     """For `deployc plan`: each program key and index key of the plan -> cached, stale or new."""
-    status = {u.program_key: cache.status(u.program_key, u.slug) for u in plan.units()}
+    status = {c.program_key: cache.status(c.program_key, c.slug) for u in plan.units()
+              for group in (u, *u.fallbacks) for c in (group, *group.candidates)}
     indexes = cache.of_kind("indexes")
     status.update({a.key: "cached" if indexes.has(a.key) else "new"
                    for t in plan.targets for a in t.assets if a.kind == "vector_index"})

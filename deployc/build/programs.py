@@ -8,11 +8,21 @@ The driver process never imports torch: a no-op rebuild only hashes cached files
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from deployc.build.cache import Cache, Entry
 from deployc.build.executors import Executor
 from deployc.build.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
-from deployc.build.results import Failure, Fallback, Tolerance, UnitResult, Verification, WorkerResult
+from deployc.build.results import (
+    CandidateResult,
+    Failure,
+    Fallback,
+    Tolerance,
+    UnitResult,
+    Verification,
+    WorkerResult,
+)
 from deployc.core.events import Event, EventSink, Say
 from deployc.core.sizes import format_size
 from deployc.graph.metrics import judge, judge_text
@@ -151,18 +161,87 @@ def _backend_failed(result: WorkerResult) -> bool:
     return result.status == "failed" and result.step in BACKEND_STEPS
 
 
-def _chosen(unit: UnitPlan, results: dict[str, WorkerResult]) -> tuple[UnitPlan, list[Fallback]]:
-    """The first candidate of `unit` (itself, then its fallbacks) that its backend could build."""
-    candidates = [unit, *unit.fallbacks]
-    fell: list[Fallback] = []
-    for candidate in candidates[:-1]:
-        result = results.get(candidate.program_key)
-        if result is None or not _backend_failed(result):
-            return candidate, fell
-        first_line = next(iter((result.error or "").strip().splitlines()), "")
-        fell.append(Fallback(unit=candidate.unit, backend=candidate.backend, step=result.step or "",
-                             error=first_line[:300]))
-    return candidates[-1], fell  # the last candidate stands, built or failed
+@dataclass
+class _Settled:
+    """Where a unit's walk through its candidates (its schemes, then its fallback units) stands."""
+
+    todo: list[UnitPlan] = field(default_factory=list)  # programs to build before it can go on
+    chosen: UnitPlan | None = None  # the program it ships (or, none passing, the one whose failure it reports)
+    fell: list[Fallback] = field(default_factory=list)
+    candidates: list[CandidateResult] = field(default_factory=list)
+    none_passed: str = ""  # with a choice: why no candidate was kept
+
+
+def _first_line(text: str | None) -> str:
+    return next(iter((text or "").strip().splitlines()), "")[:300]
+
+
+def _candidate(c: UnitPlan, judged: UnitResult | None, chosen: bool) -> CandidateResult:
+    if judged is None:
+        return CandidateResult(scheme=c.quantization, program_key=c.program_key, status="not-tried")
+    f, v = judged.facts, judged.verification
+    return CandidateResult(scheme=c.quantization, program_key=c.program_key, chosen=chosen,
+                           status="failed" if judged.status == "failed" else "passed",
+                           size_bytes=f.size_bytes if f else None, latency_ms=f.measurement.latency_ms if f else None,
+                           metrics=v.metrics if v else None, text=v.text if v else None,
+                           step=judged.failure.step if judged.failure else None,
+                           error=_first_line(judged.failure.error) if judged.failure else None)
+
+
+def _settle(unit: UnitPlan, results: dict[str, WorkerResult], judge: Callable[[UnitPlan], UnitResult]) -> _Settled:
+    """Walk a unit's candidates in order: on each compute unit (itself, then its fallbacks) its schemes
+    (one, or a choice), built and judged as far as `results` go. A unit goes on to its next compute unit
+    when the backend fails, or, choosing by measurement, when no candidate meets every tolerance."""
+    out = _Settled()
+    groups = [unit, *unit.fallbacks]
+    for i, group in enumerate(groups):
+        last = i == len(groups) - 1
+        if group.choice is None:
+            result = results.get(group.program_key)
+            if result is None:
+                out.todo = [group]
+                return out
+            if _backend_failed(result) and not last:
+                out.fell.append(Fallback(unit=group.unit, backend=group.backend, step=result.step or "",
+                                         error=_first_line(result.error)))
+                continue
+            out.chosen = group
+            return out
+        candidates = [group, *group.candidates]
+        missing = [c for c in candidates if c.program_key not in results]
+        if group.choice.by == "latency" and missing:  # every candidate is measured before choosing
+            out.todo = missing
+            return out
+        judged: dict[str, UnitResult] = {}
+        winner = None
+        for c in candidates:
+            if c.program_key not in results:  # by size: the next cheapest, only once the cheaper ones missed
+                out.todo = [c]
+                return out
+            judged[c.program_key] = judge(c)
+            if judged[c.program_key].status != "failed" and group.choice.by == "size":
+                winner = c
+                break
+        if group.choice.by == "latency":
+            passing = [c for c in candidates if judged[c.program_key].status != "failed"]
+            winner = min(passing, key=lambda c: _latency(judged[c.program_key]), default=None)
+        out.candidates = [_candidate(c, judged.get(c.program_key), c is winner) for c in candidates]
+        if winner is not None:
+            out.chosen = winner
+            return out
+        why = "; ".join(f"{r.scheme}: {r.error}" for r in out.candidates)
+        if not last:
+            out.fell.append(Fallback(unit=group.unit, backend=group.backend, step="choose",
+                                     error=f"no candidate met every tolerance ({why})"[:300]))
+            continue
+        out.chosen, out.none_passed = group, f"no candidate scheme met every tolerance: {why}"
+        return out
+    raise AssertionError("a unit's last candidate always settles")
+
+
+def _latency(judged: UnitResult) -> float:
+    f = judged.facts
+    return f.measurement.latency_ms if f and f.measurement.latency_ms is not None else float("inf")
 
 
 def _run(todo: list[UnitPlan], cached: int, plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink,
@@ -181,20 +260,42 @@ def _run(todo: list[UnitPlan], cached: int, plan: BuildPlan, cache: Cache, execu
 
 def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say,
           warn: Say) -> dict[str, UnitResult]:
-    """Build every distinct program (or find it cached), falling back to a unit's next candidate where
-    its backend failed; judge every unit. Keyed by the label of the unit as planned."""
+    """Build every program the units' walks need (or find it cached): a unit's planned program, then,
+    where its backend failed or no candidate of its choice of schemes passed, the next candidate; judge
+    every unit. Keyed by the label of the unit as planned."""
     results: dict[str, WorkerResult] = {}
-    wanted = plan.programs()
-    while wanted:
+    entries: dict[str, Entry | None] = {}
+
+    def entry_of(key: str) -> Entry | None:
+        # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
+        if key not in entries:
+            entries[key] = cache.get(key)[0] if results[key].status != "failed" else None
+        return entries[key]
+
+    judged_programs: dict[tuple[str, str], UnitResult] = {}
+
+    def judge(u: UnitPlan) -> UnitResult:
+        if (u.label, u.program_key) not in judged_programs:
+            judged_programs[(u.label, u.program_key)] = judge_unit(u, results[u.program_key], entry_of(u.program_key))
+        return judged_programs[(u.label, u.program_key)]
+
+    while True:
+        wanted: dict[str, UnitPlan] = {}
+        for u in plan.units():
+            for c in _settle(u, results, judge).todo:
+                wanted.setdefault(c.program_key, c)
+        if not wanted:
+            break
         todo = []
         for key, unit in wanted.items():
             entry, warning = cache.get(key)
             if warning:
                 warn(warning)
-            # A unit with somewhere to fall back to skips a lowering known to fail; others try again.
-            failed = _cached_failure(cache, key) if entry is None and unit.fallbacks else None
+            # A unit with somewhere to go on to skips a lowering known to fail; others try again.
+            failed = (_cached_failure(cache, key) if entry is None and (unit.fallbacks or unit.choice) else None)
             if entry is not None:
                 results[key] = WorkerResult(key=key, status="cached")
+                entries[key] = entry
             elif failed is not None:
                 results[key] = failed
             else:
@@ -205,21 +306,20 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
                 if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
                     _remember_failure(cache, r)
             results.update(built)
-        wanted = {}
-        for u in plan.units():  # the next candidate of every unit whose backend just failed
-            chosen, fell = _chosen(u, results)
-            if chosen.program_key not in results:
-                wanted.setdefault(chosen.program_key, chosen)
-                say(f"{u.label}: {fell[-1].backend} failed at {fell[-1].step}; falling back to unit "
-                    f"{chosen.unit} ({chosen.backend})")
-    # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
-    entries = {key: cache.get(key)[0] if r.status != "failed" else None for key, r in results.items()}
-    for entry in entries.values():
+    for key in results:
+        entry = entry_of(key)
         if entry is not None:
             cache.publish(entry)  # what local workers built reaches a shared cache too
-    judged = {}
+    judged: dict[str, UnitResult] = {}
     for u in plan.units():
-        chosen, fell = _chosen(u, results)
-        result = judge_unit(chosen, results[chosen.program_key], entries[chosen.program_key])
-        judged[u.label] = result.model_copy(update={"fallbacks": fell}) if fell else result
+        settled = _settle(u, results, judge)
+        assert settled.chosen is not None
+        went_to = [*[g for g in u.fallbacks if g.unit in {f.unit for f in settled.fell[1:]}], settled.chosen]
+        for f, to in zip(settled.fell, went_to):
+            say(f"{u.label}: {f.backend} failed at {f.step}; falling back to unit {to.unit} ({to.backend})")
+        one = judge(settled.chosen).model_copy(update={"fallbacks": settled.fell, "candidates": settled.candidates})
+        if settled.none_passed:
+            one = one.model_copy(update={"status": "failed", "failure": Failure(
+                step="choose", error=f"{u.model} on {u.target}/{settled.chosen.unit}: {settled.none_passed}")})
+        judged[u.label] = one
     return judged

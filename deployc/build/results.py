@@ -98,6 +98,21 @@ class Fallback(Frozen):
     error: str  # the first line of its error
 
 
+class CandidateResult(Frozen):
+    """One scheme a unit choosing by measurement verified (or did not need to), for the report."""
+
+    scheme: str
+    program_key: str
+    status: Literal["passed", "failed", "not-tried"]  # not-tried: a cheaper candidate passed first (by: size)
+    chosen: bool = False
+    size_bytes: int | None = None
+    latency_ms: float | None = None
+    metrics: Summary | None = None
+    text: TextMetrics | None = None
+    step: str | None = None  # where a failed candidate failed, and the first line of why
+    error: str | None = None
+
+
 class UnitResult(Frozen):
     unit: UnitPlan  # the unit it was built on (a fallback when the planned one failed)
     status: Status
@@ -109,6 +124,7 @@ class UnitResult(Frozen):
     node: Node | None = None
     attempts: int = 0
     fallbacks: list[Fallback] = []  # units tried before, in order, and why each failed
+    candidates: list[CandidateResult] = []  # with a choice of schemes: every candidate of the chosen unit
 
     def to_json(self) -> dict[str, Any]:
         f = self.facts
@@ -132,6 +148,10 @@ class UnitResult(Frozen):
             "built_on": self.node.model_dump(mode="json", exclude_none=True) if self.node else None,
             "attempts": self.attempts,
             "fell_back_from": [f.model_dump(mode="json") for f in self.fallbacks],
+            "choice": ({"by": self.unit.choice.by, "auto": self.unit.choice.auto,
+                        "passed_over": [p.model_dump(mode="json") for p in self.unit.choice.passed_over]}
+                       if self.unit.choice else None),
+            "candidates": [c.model_dump(mode="json", exclude_none=True) for c in self.candidates],
             "failure": ({"step": self.failure.step, "error": self.failure.error,
                          **({"at": str(self.failure.at)} if self.failure.at else {}),
                          **({"log": self.failure.log} if self.failure.log else {})} if self.failure else None),

@@ -14,7 +14,7 @@ from deployc.core.sizes import format_size
 
 if TYPE_CHECKING:
     from deployc.build.results import Arm64Check, BuildReport
-    from deployc.plan.build_plan import BuildPlan
+    from deployc.plan.build_plan import BuildPlan, UnitPlan
     from deployc.plan.releases import ReleaseStatus
     from deployc.targets.profile import LoadedProfile, Origin
 
@@ -32,6 +32,29 @@ def token_figures(matched: int, generated: int, prompts: int, identical: int) ->
     return f"tokens {generated}/{generated} on {identical} of {prompts} prompts (worst {matched})"
 
 
+def choice_words(u: UnitPlan) -> str:
+    """A unit's scheme, or its choice rule when it chooses by measurement."""
+    if u.choice is None:
+        return u.quantization
+    return f"{'auto' if u.choice.auto else 'choose'} by {u.choice.by}"
+
+
+def _choice_lines(u: UnitPlan, status: Mapping[str, str]) -> list[str]:
+    if u.choice is None:
+        return []
+    rule = ("the first that meets every tolerance" if u.choice.by == "size"
+            else "all verified, the fastest on this host that meets every tolerance")
+    tried = ", ".join(f"{c.quantization} [{status.get(c.program_key, 'to build')}]" for c in (u, *u.candidates))
+    where = f"  {u.model} on {u.target}/{u.unit}"
+    lines = [f"{where}: candidates by {u.choice.by}, {rule}: {tried}"]
+    untaken = [p.scheme for p in u.choice.passed_over if p.reason.startswith("accepts ")]
+    if untaken:
+        lines.append(f"{where}: passed over {', '.join(untaken)}: the unit does not take them")
+    lines += [f"{where}: passed over {p.scheme}: {p.reason}" for p in u.choice.passed_over
+              if not p.reason.startswith("accepts ")]
+    return lines
+
+
 def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
                 releases: list[ReleaseStatus]) -> None:
     from deployc.plan.releases import EXPLAIN
@@ -46,8 +69,10 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                          + (f" (x{d.multiple_of})" if d.multiple_of > 1 else "")
                          for d in u.export.dims) or "static"
         table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
-                      u.quantization, dims, status[u.program_key], u.program_key[:12])
+                      choice_words(u), dims, status[u.program_key], u.program_key[:12])
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
+        for group in (u, *u.fallbacks):
+            skipped.extend(_choice_lines(group, status))
         if u.fallbacks:
             skipped.append(f"  {u.model} on {u.target}: if {u.unit} ({u.backend}) cannot build it: "
                            + ", then ".join(f"{f.unit} ({f.backend}" + (f", {f.quantization})" if f.quantization
@@ -149,12 +174,13 @@ def render_build(console: Console, report: BuildReport) -> None:
         if v and v.ran_on:  # not the program in a runtime: say what ran
             vtext += f" ({v.ran_on})"
         latency = f.measurement.latency_ms if f else None
-        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", r.unit.quantization,
-                      r.status, format_size(f.size_bytes) if f else "-",
+        quant = r.unit.quantization if r.unit.choice is None else f"{choice_words(r.unit)}: {r.unit.quantization}"
+        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", quant, r.status, format_size(f.size_bytes) if f else "-",
                       format_size(f.planned_memory_bytes) if f and f.format == "pte" else "-",
                       f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", vtext,
                       f"{latency:.2f} ms" if latency is not None else "-")
     console.table(table)
+    _render_candidates(console, report)
     for r in report.failed:
         assert r.failure is not None
         where = f"{r.failure.at}: error: " if r.failure.at else ""
@@ -191,6 +217,27 @@ def render_build(console: Console, report: BuildReport) -> None:
         console.result("reproducible: byte-identical" if report.reproducible else "NOT reproducible:")
         for line in report.differences:
             console.result(f"  {line}")
+
+
+def _render_candidates(console: Console, report: BuildReport) -> None:
+    """Every scheme a unit choosing by measurement verified, beside the one it kept."""
+    choosing = [r for r in report.units if r.candidates]
+    if not choosing:
+        return
+    table = Table("model", "target", "unit", "by", "candidate", "result", "size", "host latency", "verification")
+    for r in choosing:
+        for c in r.candidates:
+            figures = f"cos {c.metrics.min_cosine:.5f}, {c.metrics.min_sqnr_db:.1f} dB" if c.metrics else ""
+            if c.text:
+                figures += (", " if figures else "") + text_figures(c.text.perplexity, c.text.reference_perplexity,
+                                                                    c.text.kl, c.text.top1)
+            if c.error:
+                figures += (f"; {c.step}: " if figures else f"{c.step}: ") + c.error[:120]
+            result = "chosen" if c.chosen else c.status
+            table.add_row(r.unit.model, r.unit.target, r.unit.unit, r.unit.choice.by if r.unit.choice else "-",
+                          c.scheme, result, format_size(c.size_bytes) if c.size_bytes is not None else "-",
+                          f"{c.latency_ms:.2f} ms" if c.latency_ms is not None else "-", figures or "-")
+    console.table(table)
 
 
 def render_inspect(console: Console, info: dict[str, Any]) -> None:

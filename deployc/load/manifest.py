@@ -7,9 +7,10 @@ so that a user sees every problem at once, each pointing at its own line.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from deployc.core.errors import Diagnostic, ManifestError
 from deployc.core.quantization import DEFAULT_CALIBRATION_SAMPLES, SCHEMES, SchemeName
@@ -95,6 +96,8 @@ class DimSpec(Frozen):
 
 
 def _scheme_shorthand(v: Any) -> Any:
+    if v == "auto":
+        return {"choose": "auto"}
     return {"scheme": v} if isinstance(v, str) else v
 
 
@@ -107,8 +110,20 @@ class Calibration(Frozen):
                                                           "relative to the manifest")
 
 
+Objective = Literal["size", "latency"]
+
+
 class QuantSpec(Frozen):
-    scheme: SchemeName
+    """One scheme (`scheme`), or several for the build to choose from by measurement (`choose`)."""
+
+    scheme: SchemeName | None = Field(default=None, description="the scheme (one of the named schemes)")
+    choose: list[SchemeName] | Literal["auto"] | None = Field(
+        default=None, min_length=1, description="instead of `scheme`: the candidates the build verifies, cheapest "
+                                                "first by `by`, keeping the first that meets every tolerance; "
+                                                "auto: every scheme the unit accepts (`quantization: auto` for short)")
+    by: Objective = Field(default="size", description="with `choose`: size (smallest weights first, stop at the "
+                                                      "first that passes) or latency (verify every candidate, keep "
+                                                      "the fastest that passes, measured on this host)")
     group_size: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="weights per quantization group (4w, 8da4w, 16a4w); default 32")
     calibration: Calibration | None = Field(
@@ -117,6 +132,36 @@ class QuantSpec(Frozen):
         default=True, description="quantize embedding tables too, where the backend has quantized embedding "
                                   "kernels (XNNPACK 8da8w: int8 per row; 8da4w: int4 in groups); false keeps "
                                   "them float")
+
+
+    @model_validator(mode="after")
+    def _one_of(self) -> QuantSpec:
+        if (self.scheme is None) == (self.choose is None):
+            raise ValueError("give either `scheme` (one scheme) or `choose` (candidates: a list of schemes, or auto)")
+        if isinstance(self.choose, list) and len(set(self.choose)) != len(self.choose):
+            raise ValueError("`choose` names a scheme twice")
+        if self.scheme is not None and "by" in self.model_fields_set:
+            raise ValueError("`by` applies to `choose`, not to a single `scheme`")
+        return self
+
+    @property
+    def fixed(self) -> SchemeName:
+        """The scheme of a resolved (single-scheme) spec: the planner expands `choose` before this is read."""
+        if self.scheme is None:
+            raise ValueError("a choice of schemes has no single scheme")
+        return self.scheme
+
+    def candidates(self, accepted: Sequence[SchemeName]) -> list[SchemeName]:
+        """The schemes to try on a unit accepting `accepted`, in the manifest's (or, auto, the unit's) order."""
+        if self.scheme is not None:
+            return [self.scheme]
+        return list(accepted) if self.choose == "auto" else list(self.choose or [])
+
+    def as_scheme(self, scheme: SchemeName) -> QuantSpec:
+        """This choice's options applied to one candidate (options a scheme does not take are dropped)."""
+        s = SCHEMES[scheme]
+        return QuantSpec(scheme=scheme, group_size=self.group_size if s.grouped else None,
+                         calibration=self.calibration if s.calibrated else None, embeddings=self.embeddings)
 
 
 Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
@@ -300,8 +345,8 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
                             f"models.{name}.{field}.{inp_name}.shape[{j}]: dim '{dim}' is not declared under "
                             f"models.{name}.dims",
                             closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
-        schemes = [model.quantization.scheme, *(o.quantization.scheme for o in model.overrides.values()
-                                                if o.quantization is not None)]
+        schemes = [q.scheme for q in (model.quantization, *(o.quantization for o in model.overrides.values()))
+                   if q is not None and q.scheme is not None]  # a choice skips calibrated candidates instead
         if model.methods and any(SCHEMES[q].calibrated for q in schemes):
             err((*base, "methods"), f"models.{name}.methods: calibrated schemes (w8a8, 16a8w, 16a4w) support "
                 "only single-method programs", key=True)
@@ -367,12 +412,18 @@ def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any)
 
 
 def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
-    scheme = SCHEMES[q.scheme]
-    if q.group_size is not None and not scheme.grouped:
-        err((*path, "group_size"), f"{dotted}.group_size: scheme '{q.scheme}' is not grouped",
+    named = [q.scheme] if q.scheme is not None else q.choose if isinstance(q.choose, list) else None
+    if named is None:  # auto: each option applies to the candidates that take it
+        return
+    single = q.scheme is not None
+    if q.group_size is not None and not any(SCHEMES[n].grouped for n in named):
+        which = f"scheme '{q.scheme}' is not grouped" if single else f"none of {', '.join(named)} is grouped"
+        err((*path, "group_size"), f"{dotted}.group_size: {which}",
             "group_size applies to " + ", ".join(s.name for s in SCHEMES.values() if s.grouped))
-    if q.calibration is not None and not scheme.calibrated:
-        err((*path, "calibration"), f"{dotted}.calibration: scheme '{q.scheme}' takes no calibration",
+    if q.calibration is not None and not any(SCHEMES[n].calibrated for n in named):
+        which = (f"scheme '{q.scheme}' takes no calibration" if single
+                 else f"none of {', '.join(named)} takes calibration")
+        err((*path, "calibration"), f"{dotted}.calibration: {which}",
             "calibration applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
 
 

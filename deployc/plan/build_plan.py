@@ -26,7 +26,7 @@ from deployc.pipeline.config import PipelineConfig
 from deployc.pipeline.schema import TokenizerAsset
 from deployc.plan.toolchain import Toolchain
 
-PLAN_SCHEMA_VERSION = 2
+PLAN_SCHEMA_VERSION = 3
 
 
 class SourceFile(Frozen):
@@ -208,6 +208,22 @@ class Skipped(Frozen):
     reason: str
 
 
+class SkippedScheme(Frozen):
+    scheme: str
+    reason: str
+
+
+class Choice(Frozen):
+    """A unit choosing its scheme by measurement (manifest `quantization.choose`): the rule, not a guess.
+    The build verifies `schemes` in order and keeps the first that meets every tolerance (`by: size`), or
+    verifies them all and keeps the fastest that does (`by: latency`)."""
+
+    by: Literal["size", "latency"]
+    auto: bool  # the candidates are every scheme the unit accepts
+    schemes: list[str]  # the candidates planned, in the order the build tries them
+    passed_over: list[SkippedScheme] = []  # schemes of the choice this unit cannot build, and why
+
+
 class UnitPlan(Frozen):
     model: str
     target: str
@@ -222,18 +238,23 @@ class UnitPlan(Frozen):
     # With `fallback: next`, the next units that can build the model, tried in order when building on
     # this one fails (a backend that cannot lower the graph). Planned in full, keys and all.
     fallbacks: list[UnitPlan] = []
+    # With a choice of schemes: the unit's further candidates (this plan is the first), planned in full;
+    # every candidate carries the choice.
+    candidates: list[UnitPlan] = []
+    choice: Choice | None = None
     outputs_at: dict[str, Location] = {}  # method -> where its outputs are declared in the manifest
     dims_at: dict[str, Declared] = {}  # dim -> where this target's range of it is declared (or derived)
 
     @property
     def label(self) -> str:
-        """How progress, logs, errors and reports name the unit: model@target/unit."""
-        return f"{self.model}@{self.target}/{self.unit}"
+        """How progress, logs, errors and reports name the unit: model@target/unit (:scheme when it is a
+        candidate of a choice of schemes, each built as its own program)."""
+        return f"{self.model}@{self.target}/{self.unit}" + (f":{self.quantization}" if self.choice else "")
 
     @property
     def slug(self) -> str:
         """The label as a file name (unit logs, the cache's record of each unit's last program)."""
-        return self.label.replace("@", "--").replace("/", "--")
+        return self.label.replace("@", "--").replace("/", "--").replace(":", "--")
 
     def _step(self, kind: type[S]) -> S:
         return next(s for s in self.steps if isinstance(s, kind))

@@ -8,7 +8,7 @@ pipeline's assets, and says what each target's bundle will be made of.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from deployc.core import layout
 from deployc.core.digests import key_of
@@ -16,7 +16,7 @@ from deployc.core.errors import Diagnostic, PlanError
 from deployc.core.file_hashes import FileHashes
 from deployc.core.quantization import SCHEMES, Recipe
 from deployc.load import hf_directory
-from deployc.load.manifest import GENERATION_TOKENS, ModelSpec
+from deployc.load.manifest import GENERATION_TOKENS, ModelSpec, QuantSpec
 from deployc.load.model_sources import (
     imported_packages,
     imported_versions,
@@ -34,6 +34,7 @@ from deployc.plan.build_plan import (
     BuildPlan,
     BundlePlan,
     CheckBudget,
+    Choice,
     Declared,
     DimPlan,
     Export,
@@ -50,6 +51,7 @@ from deployc.plan.build_plan import (
     Quantize,
     Serialize,
     Skipped,
+    SkippedScheme,
     SourceFile,
     StaticForm,
     TargetPlan,
@@ -123,7 +125,7 @@ def _budget_limits(profile_budgets: Budgets, unit: Unit) -> dict[str, int]:
 
 def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe | None, str | None]:
     """(the recipe, None) when `unit` can build the model here; else (None, why not)."""
-    scheme = r.quantization.scheme
+    scheme = r.quantization.fixed
     backend = BACKENDS[unit.backend]
     recipe = backend.recipe(r.quantization)
     if scheme not in unit.quantization or recipe is None:
@@ -133,6 +135,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     refused = backend.refusal(r.architecture, scheme) if r.architecture else None
     if refused:
         return None, f"cannot build {r.architecture} in {scheme}: {refused}"
+    if SCHEMES[scheme].calibrated and r.spec.methods:
+        return None, f"{scheme} is calibrated, which takes single-method programs; the model declares further methods"
     if r.spec.weights == "external" and not backend.external_weights:
         return None, "keeps its weights inside its delegate; the model asks for weights: external"
     if not backend.multi_method and (r.spec.methods or r.spec.constants):
@@ -150,31 +154,70 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     return recipe, None
 
 
-Chosen = tuple[Unit, Recipe, ResolvedModel]
+Candidate = tuple[Recipe, ResolvedModel]
 
 
-def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[Chosen], list[Skipped]]:
+class _OnUnit(NamedTuple):
+    """What one unit would build of a model: its candidates in the order the build tries them (one,
+    unless the manifest gives a choice of schemes) and the schemes of the choice passed over."""
+
+    unit: Unit
+    candidates: list[Candidate]
+    passed_over: list[SkippedScheme]
+
+
+def _on_unit(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_OnUnit | None, str]:
+    """(the unit's candidates, "") when it can build the model in at least one scheme; else (None, why not)."""
+    q = r.quantization
+    if q.scheme is not None:
+        recipe, problem = _problem(r, unit, toolchain)
+        return (_OnUnit(unit, [(recipe, r)], []) if recipe is not None else None), problem or ""
+    found: list[Candidate] = []
+    passed: list[SkippedScheme] = []
+    for scheme in q.candidates(unit.quantization):
+        candidate = r.with_scheme(scheme)
+        recipe, problem = _problem(candidate, unit, toolchain)
+        if recipe is None:
+            passed.append(SkippedScheme(scheme=scheme, reason=problem or ""))
+        else:
+            found.append((recipe, candidate))
+    if q.by == "size":  # fewest weight bits first; the manifest's (or the unit's) order among equals
+        found.sort(key=lambda c: SCHEMES[c[0].scheme].weight_bits)
+    if found:
+        return _OnUnit(unit, found, passed), ""
+    reasons = {p.reason for p in passed}
+    if len(reasons) == 1 and next(iter(reasons)).startswith("toolchain"):
+        return None, next(iter(reasons))
+    return None, "no candidate scheme: " + "; ".join(f"{p.scheme}: {p.reason}" for p in passed)
+
+
+def _scheme_words(q: QuantSpec) -> str:
+    if q.scheme is not None:
+        return f"scheme '{q.scheme}'"
+    return "any scheme (auto)" if q.choose == "auto" else f"any of {', '.join(q.choose or [])}"
+
+
+def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[_OnUnit], list[Skipped]]:
     """The units that can build the model, in priority order (the first is used; with `fallback: next`
     the others are tried in turn when building on it fails), and the units passed over before it. A unit
     to fall back to that does not take a target override's scheme builds the model's own scheme."""
     profile = r.profile.profile
-    candidates = [profile.unit(r.unit)] if r.unit else list(profile.units)
+    units = [profile.unit(r.unit)] if r.unit else list(profile.units)
     skipped: list[Skipped] = []
-    chosen: list[Chosen] = []
-    for unit in candidates:
+    chosen: list[_OnUnit] = []
+    for unit in units:
         assert unit is not None  # pins were checked at load time
-        recipe, problem = _problem(r, unit, toolchain)
-        if recipe is not None:
-            chosen.append((unit, recipe, r))
+        on_unit, problem = _on_unit(r, unit, toolchain)
+        if on_unit is not None:
+            chosen.append(on_unit)
             if r.unit or profile.fallback == "error":
                 break
             continue
         if chosen:  # after the chosen unit: a candidate to fall back to, or nothing to report
-            own = _problem(r.own_scheme, unit, toolchain)[0] if r.own_scheme is not None else None
-            if own is not None and r.own_scheme is not None:
-                chosen.append((unit, own, r.own_scheme))
+            own = _on_unit(r.own_scheme, unit, toolchain)[0] if r.own_scheme is not None else None
+            if own is not None:
+                chosen.append(own)
             continue
-        problem = problem or ""
         if problem.startswith("toolchain") and (profile.fallback == "error" or r.unit):
             reason = toolchain.backends[unit.backend].reason
             why = "the model pins this unit" if r.unit else f"profile '{profile.name}' has fallback: error"
@@ -189,13 +232,13 @@ def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[Chosen],
                                         f"({unit.backend}) cannot build this model: {problem}",
                                         "leave the unit out: the plan then takes the next unit that can" if elsewhere
                                         else f"unit '{unit.name}' supports: {', '.join(unit.quantization)}")])
-        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem or ""))
+        skipped.append(Skipped(unit=unit.name, backend=unit.backend, reason=problem))
     if chosen:
         return chosen, skipped
     summary = "; ".join(f"{s.unit} ({s.backend}): {s.reason}" for s in skipped)
     raise PlanError([Diagnostic(r.quantization_at,
                                 f"{r.quantization_field}: no unit of target '{r.target}' can build model "
-                                f"'{r.model}' with scheme '{r.quantization.scheme}'",
+                                f"'{r.model}' with {_scheme_words(r.quantization)}",
                                 summary)])
 
 
@@ -212,8 +255,21 @@ def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
 
 def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
     chosen, skipped = _choose_units(r, toolchain)
-    plans = [_planned_on(project, resolved, unit, recipe, toolchain, inputs) for unit, recipe, resolved in chosen]
+    plans = [_on_unit_plan(project, on_unit, toolchain, inputs) for on_unit in chosen]
     return plans[0].model_copy(update={"skipped": skipped, "fallbacks": plans[1:]})
+
+
+def _on_unit_plan(project: Project, on_unit: _OnUnit, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+    """The unit's first candidate, carrying the others of a choice (planned in full, keys and all)."""
+    plans = [_planned_on(project, resolved, on_unit.unit, recipe, toolchain, inputs)
+             for recipe, resolved in on_unit.candidates]
+    spec = on_unit.candidates[0][1].choice
+    if spec is None:
+        return plans[0]
+    choice = Choice(by=spec.by, schemes=[p.quantization for p in plans], passed_over=on_unit.passed_over,
+                    auto=spec.choose == "auto")
+    plans = [p.model_copy(update={"choice": choice}) for p in plans]
+    return plans[0].model_copy(update={"candidates": plans[1:]})
 
 
 def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
@@ -447,14 +503,22 @@ def program_content_key(u: UnitPlan) -> str:
     return key_of(_content(u, "serialize"))
 
 
+def shipped_content_key(u: UnitPlan) -> str:
+    """The content key of the program a unit ships: with a choice of schemes, the choice rule and every
+    candidate's content decide which one it is."""
+    if u.choice is None:
+        return program_content_key(u)
+    return key_of(u.choice.model_dump(mode="json"), [program_content_key(c) for c in (u, *u.candidates)])
+
+
 def _bundle(project: Project, target: str, profile: str, device: dict[str, str], units: list[UnitPlan],
             assets: list[Any], pipeline: Any) -> BundlePlan:
     m = project.manifest
-    content = {u.package.file: program_content_key(u) for u in units}
-    content.update({u.package.data_file: program_content_key(u) for u in units if u.package.data_file})
+    content = {u.package.file: shipped_content_key(u) for u in units}
+    content.update({u.package.data_file: shipped_content_key(u) for u in units if u.package.data_file})
     # Self-test vectors are the program's verification points (from its dims) and eager outputs: the
     # program's content decides them, its tolerances do not.
-    content.update({layout.self_test_file(u.model): program_content_key(u) for u in units})
+    content.update({layout.self_test_file(u.model): shipped_content_key(u) for u in units})
     by_model = {u.model: content[u.package.file] for u in units}
     for a in assets:
         if isinstance(a, TokenizerAssetPlan):
@@ -464,7 +528,9 @@ def _bundle(project: Project, target: str, profile: str, device: dict[str, str],
                            by_model[a.model])
             content[a.file] = content[layout.index_vectors_file(a.file)] = index
     described = [{"model": u.model, "unit": u.unit, "backend": u.backend, "quantization": u.quantization,
-                  "threads": u.threads, "warmup": u.warmup, "steps": _content(u)} for u in units]
+                  "threads": u.threads, "warmup": u.warmup, "steps": _content(u),
+                  **({"choice": u.choice.model_dump(mode="json"), "candidates": [_content(c) for c in u.candidates]}
+                     if u.choice else {})} for u in units]
     bundle_key = key_of({"bundle": {"name": m.name, "version": m.version, "target": target, "profile": profile},
                          "device": device, "files": content, "units": described,
                          "pipeline": pipeline.model_dump(mode="json") if pipeline else None})

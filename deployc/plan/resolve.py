@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from deployc.core.errors import Location
-from deployc.core.quantization import SCHEMES
+from deployc.core.quantization import SCHEMES, SchemeName
 from deployc.load.manifest import DimSpec, ModelSpec, NpuDecoding, QuantSpec, VerifySpec
 from deployc.load.project import Project
 from deployc.targets.profile import LoadedProfile
@@ -49,15 +49,22 @@ class ResolvedModel:
     # With a target override's scheme: the same model in its own scheme, for fallback units that do not take
     # the override's (an NPU's 16a8w falls back to a CPU in the model's 8da4w).
     own_scheme: ResolvedModel | None = None
+    verify_layers: tuple[VerifySpec | None, ...] = ()  # the model's verify, then this target's
+    choice: QuantSpec | None = None  # a candidate of a choice of schemes: the manifest's choice
+
+    def with_scheme(self, scheme: SchemeName) -> ResolvedModel:
+        """One candidate of a choice of schemes (`quantization.choose`): that scheme, its tolerances."""
+        return dataclasses.replace(self, quantization=self.quantization.as_scheme(scheme), choice=self.quantization,
+                                   tolerances=_tolerances(scheme, *self.verify_layers))
 
     @property
     def dynamic_dims(self) -> list[str]:
         return sorted(n for n, d in self.dims.items() if d.bounds()[1] > d.bounds()[0])
 
 
-def _tolerances(scheme: str, *layers: VerifySpec | None) -> Tolerances:
+def _tolerances(scheme: str | None, *layers: VerifySpec | None) -> Tolerances:
     """The scheme's defaults, then each layer's fields that the manifest sets (the target's last)."""
-    s = SCHEMES[scheme]
+    s = SCHEMES[scheme or "fp32"]  # a choice: each candidate gets its own (ResolvedModel.with_scheme)
     t = Tolerances(min_cosine=s.min_cosine, min_sqnr_db=s.min_sqnr_db, max_abs=None, tokens=None, enabled=True,
                    max_perplexity_ratio=s.max_perplexity_ratio, max_kl=s.max_kl, min_top1=s.min_top1, text=None)
     for layer in layers:
@@ -91,11 +98,12 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 quantization_field=".".join(str(p) for p in q_path),
                 unit=unit, unit_at=unit_at,
                 tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
+                verify_layers=(spec.verify, ov.verify if ov else None),
                 dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
                                      for n, d in (ov.dims if ov else {}).items()}},
                 architecture=project.architectures.get(name),
                 npu=npu, npu_at=doc.locate(npu_path) if npu is not None else None)
-            if quant.scheme != spec.quantization.scheme:
+            if (quant.scheme, quant.choose) != (spec.quantization.scheme, spec.quantization.choose):
                 resolved = dataclasses.replace(resolved, own_scheme=dataclasses.replace(
                     resolved, quantization=spec.quantization, quantization_at=doc.locate((*base, "quantization")),
                     quantization_field=f"models.{name}.quantization",

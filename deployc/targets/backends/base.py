@@ -107,15 +107,16 @@ class BackendBase:
 
     def recipe(self, quant: QuantSpec) -> Recipe | None:
         """The recipe for a manifest's quantization; None when this backend cannot build the scheme."""
-        method = self.methods.get(quant.scheme)
+        name = quant.fixed
+        method = self.methods.get(name)
         if method is None:
             return None
-        scheme = SCHEMES[quant.scheme]
+        scheme = SCHEMES[name]
         cal = quant.calibration
         return Recipe(
-            scheme=quant.scheme, method=method,
+            scheme=name, method=method,
             group_size=(quant.group_size or DEFAULT_GROUP_SIZE) if scheme.grouped else None,
-            embedding_bits=scheme.weight_bits if quant.embeddings and quant.scheme in self.quantized_embeddings
+            embedding_bits=scheme.weight_bits if quant.embeddings and name in self.quantized_embeddings
             else None,
             calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
             calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
