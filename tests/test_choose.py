@@ -117,6 +117,12 @@ models:
     inputs:
       image: {shape: [1, 3, 32, 32], dtype: float32}
     quantization: {choose: [fp16, 16a8w, 8da4w], by: size}
+  batched:
+    source: {factory: models.small:mlp}
+    inputs:
+      x: {shape: [batch, 64], dtype: float32}
+    dims: {batch: {min: 1, max: 4}}
+    quantization: auto
 """)
     r = cli("plan", "m.yaml", "--json")
     assert r.code == 0, r.err
@@ -132,6 +138,15 @@ models:
                                                                          "not 8da4w"}]
     cpu = next(f for f in conv["fallbacks"] if f["unit"] == "cpu")  # falling back, the CPU's own candidates
     assert cpu["quantization"] == "8da4w" and cpu["candidates"] == []
+    # The NPU takes no dynamic dims in any scheme (said once); the GPU's programs cannot run here, so no
+    # scheme can be chosen by measurement on it.
+    batched = units["batched"]
+    assert batched["unit"] == "cpu" and batched["quantization"] == "8da4w"
+    assert [s["reason"] for s in batched["skipped"]] == [
+        "no candidate scheme (16a8w, 16a4w, w8a8, fp16): needs static shapes; the model declares dynamic dims batch "
+        "(make them static for this target: overrides.snapdragon.dims.<dim>: {min: N, max: N})",
+        "cannot choose a scheme by measurement: its programs do not run on this host (Vulkan programs need a GPU "
+        "with the Vulkan delegate; this host's runtime has none)"]
     r = cli("plan", "m.yaml")
     assert "auto by size" in r.out
     assert "conv on snapdragon/npu: candidates by size, the first that meets every tolerance: 16a8w [new], fp16 [new]" in r.out

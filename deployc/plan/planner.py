@@ -172,6 +172,12 @@ def _on_unit(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_OnUni
     if q.scheme is not None:
         recipe, problem = _problem(r, unit, toolchain)
         return (_OnUnit(unit, [(recipe, r)], []) if recipe is not None else None), problem or ""
+    backend = BACKENDS[unit.backend]
+    if not r.tolerances.enabled:
+        return None, "cannot choose a scheme by measurement: the manifest disables verification"
+    if not toolchain.runs[unit.backend].usable and not backend.host_reference:
+        return None, (f"cannot choose a scheme by measurement: its programs do not run on this host "
+                      f"({toolchain.runs[unit.backend].reason})")
     found: list[Candidate] = []
     passed: list[SkippedScheme] = []
     for scheme in q.candidates(unit.quantization):
@@ -188,6 +194,8 @@ def _on_unit(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_OnUni
     reasons = {p.reason for p in passed}
     if len(reasons) == 1 and next(iter(reasons)).startswith("toolchain"):
         return None, next(iter(reasons))
+    if len(reasons) == 1:  # the unit's own limit (static shapes, weights inside the delegate): said once
+        return None, f"no candidate scheme ({', '.join(p.scheme for p in passed)}): {next(iter(reasons))}"
     return None, "no candidate scheme: " + "; ".join(f"{p.scheme}: {p.reason}" for p in passed)
 
 
