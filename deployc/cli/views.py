@@ -175,7 +175,8 @@ def render_build(console: Console, report: BuildReport) -> None:
             vtext += f" ({v.ran_on})"
         latency = f.measurement.latency_ms if f else None
         quant = r.unit.quantization if r.unit.choice is None else f"{choice_words(r.unit)}: {r.unit.quantization}"
-        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", quant, r.status, format_size(f.size_bytes) if f else "-",
+        table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", quant, r.status,
+                      format_size(f.size_bytes) if f else "-",
                       format_size(f.planned_memory_bytes) if f and f.format == "pte" else "-",
                       f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", vtext,
                       f"{latency:.2f} ms" if latency is not None else "-")
