@@ -151,6 +151,7 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache", timeout=1800)
     assert result.code == 0, result.err[-3000:]
     assert {u["status"] for u in report["units"]} == {"built"}
+    (folder / "build.err").write_text(result.err)  # the progress lines, for tests of what the build says
     return folder / "dist" / "rag-offline" / "1.0.0"
 
 

@@ -220,3 +220,13 @@ def test_a_saved_plan_applies_to_the_same_bundles(rag: Path, tmp_path: Path) -> 
     assert r.code == 0, r.err[-2000:]
     assert {u["status"] for u in json.loads(r.out)["units"]} == {"cached"}
     assert compare_trees(rag, tmp_path / "dist" / "rag-offline" / "1.0.0") == []
+
+
+def test_index_progress_names_the_target(rag: Path) -> None:
+    """A two-target build embeds the corpus once per target: each line says which."""
+    said = (rag.parents[2] / "build.err").read_text()
+    for target, unit in (("snapdragon", "npu, qnn"), ("arduino_q", "cpu, xnnpack")):
+        assert f"index docs on {target}: embedding 42 file(s) with embedder's program ({unit})" in said
+        rate = next(line for line in said.splitlines() if line.startswith(f"index docs on {target}: ")
+                    and "embedded at" in line)
+        assert " 0 chunks/s" not in rate

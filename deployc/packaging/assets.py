@@ -55,8 +55,9 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
            say: Say) -> Path:
     folder = plan.folder
     files = [folder / f.path for f in a.corpus]
+    label = f"index {a.name} on {target.target}"  # a two-target build embeds the corpus once per target
     if any(file_sha256(p) != f.sha256 for p, f in zip(files, a.corpus)):
-        raise BuildError(f"index {a.name}: a corpus file changed since the plan was made")
+        raise BuildError(f"{label}: a corpus file changed since the plan was made")
     store = cache.of_kind("indexes")
     entry, warning = store.get(a.key)
     if warning:
@@ -67,7 +68,8 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         entry, _ = store.get(a.key)
         if entry is not None:
             return entry.path
-        say(f"index {a.name}: embedding {len(files)} file(s) with {program.unit.model}'s program")
+        say(f"{label}: embedding {len(files)} file(s) with {program.unit.model}'s program "
+            f"({program.unit.unit}, {program.unit.backend})")
         staging = store.tmp_dir()
         noun = "images" if a.image_steps is not None else "chunks"
         try:
@@ -85,15 +87,15 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
                 worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
             env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
             stdout, stderr, code = _embed([*worker, str(staging / "texts.json"), str(staging / "vectors.npy")],
-                                          env, lambda line: say(f"index {a.name}: {line}"), noun)
+                                          env, lambda line: say(f"{label}: {line}"), noun)
             cache.log_dir.mkdir(parents=True, exist_ok=True)
             (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)
             if code != 0:
                 tail = " | ".join(stderr.strip().splitlines()[-3:])
-                raise BuildError(f"index {a.name}: embedding the corpus failed (exit {code}): {tail[:400]}")
+                raise BuildError(f"{label}: embedding the corpus failed (exit {code}): {tail[:400]}")
             rate = _rate(stdout, noun)
             if rate:
-                say(f"index {a.name}: {len(chunks)} {noun} embedded at {rate}")
+                say(f"{label}: {len(chunks)} {noun} embedded at {rate}")
             import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
 
             vectors = np.load(staging / "vectors.npy").astype("<f4")
