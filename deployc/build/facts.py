@@ -84,6 +84,18 @@ class TextMetrics(Frozen):
         return self.perplexity / self.reference_perplexity
 
 
+class TaskMetrics(Frozen):
+    """A program on the manifest's task samples (`verify.data`), against eager fp32 on the same samples."""
+
+    file: str
+    samples: int
+    measure: Literal["top1", "topk"]
+    top1: float | None = None  # classifiers: share of samples whose top class is eager's
+    k: int | None = None  # embedders: neighbours compared per sample (topk, at most samples - 1)
+    topk_overlap: float | None = None  # mean share of each sample's k nearest others that both find
+    mean_rank_change: float | None = None  # mean |rank moved| of eager's k nearest, in the program's order
+
+
 class Measurement(Frozen):
     status: Literal["measured", "error", "not-run"]
     reason: str = ""
@@ -92,6 +104,7 @@ class Measurement(Frozen):
     tokens: TokenParity | None = None  # text-generation programs
     text: TextMetrics | None = None  # text-generation programs with a held-out text
     self_test_text: TextMetrics | None = None  # the same over the positions the self-test vectors carry
+    task: TaskMetrics | None = None  # with `verify.data`: the task measure
     latency_ms: float | None = None  # median of the middle point's forward on this host (a static decoder: one token)
     load_s: float | None = None
     ran_on: str = ""  # what computed the outputs when it was not the program in the runtime (Verify.host_reference)

@@ -25,7 +25,7 @@ from deployc.build.results import (
 )
 from deployc.core.events import Event, EventSink, Say
 from deployc.core.sizes import format_size
-from deployc.graph.metrics import judge, judge_text
+from deployc.graph.metrics import judge, judge_task, judge_text
 from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
@@ -83,7 +83,8 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
     facts = ProgramFacts.model_validate_json(entry.file(FACTS_FILE).read_text())
     v = unit.verify
     tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs, tokens=v.min_tokens,
-                          max_perplexity_ratio=v.max_perplexity_ratio, max_kl=v.max_kl, min_top1=v.min_top1)
+                          max_perplexity_ratio=v.max_perplexity_ratio, max_kl=v.max_kl, min_top1=v.min_top1,
+                          min_topk_overlap=v.min_topk_overlap)
     measured = facts.measurement
     failure = None
     if not v.run:
@@ -107,8 +108,14 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
             if shipped is not None and not missed:
                 missed += [f"on the {shipped.positions} positions of the self-test vectors, {m}"
                            for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
+        if v.data is not None:
+            if measured.task is None:
+                missed.append(f"the task samples ({v.data.file}) were not measured")
+            else:
+                missed += judge_task(measured.task, v.min_top1 if v.data.measure == "top1" else None,
+                                     v.min_topk_overlap)
         verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
-                                    points=measured.points, tokens=measured.tokens, text=text,
+                                    points=measured.points, tokens=measured.tokens, text=text, task=measured.task,
                                     text_reason=unit.export.text_reason, ran_on=measured.ran_on, tolerance=tolerance)
         if missed:
             failure = Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
@@ -183,7 +190,7 @@ def _candidate(c: UnitPlan, judged: UnitResult | None, chosen: bool) -> Candidat
     return CandidateResult(scheme=c.quantization, program_key=c.program_key, chosen=chosen,
                            status="failed" if judged.status == "failed" else "passed",
                            size_bytes=f.size_bytes if f else None, latency_ms=f.measurement.latency_ms if f else None,
-                           metrics=v.metrics if v else None, text=v.text if v else None,
+                           metrics=v.metrics if v else None, text=v.text if v else None, task=v.task if v else None,
                            step=judged.failure.step if judged.failure else None,
                            error=_first_line(judged.failure.error) if judged.failure else None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TextMetrics, TokenParity
+from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TaskMetrics, TextMetrics, TokenParity
 from deployc.core.errors import Location
 from deployc.core.records import Frozen
 from deployc.plan.build_plan import UnitPlan
@@ -53,7 +53,8 @@ class Tolerance(Frozen):
     tokens: int = 0  # leading greedy tokens that must equal eager's (text-generation programs)
     max_perplexity_ratio: float | None = None  # text-generation programs on held-out text
     max_kl: float | None = None
-    min_top1: float | None = None
+    min_top1: float | None = None  # text-generation on held-out text; classifiers on `verify.data`
+    min_topk_overlap: float | None = None  # embedders on `verify.data`
 
 
 class Verification(Frozen):
@@ -64,6 +65,7 @@ class Verification(Frozen):
     tokens: TokenParity | None = None
     text: TextMetrics | None = None
     text_reason: str = ""  # why a text-generation program has no text figures
+    task: TaskMetrics | None = None  # the task measure on the manifest's samples (`verify.data`)
     ran_on: str = ""  # "": the program in this host's runtime; else what ran its lowered graph instead
     tolerance: Tolerance
 
@@ -109,6 +111,7 @@ class CandidateResult(Frozen):
     latency_ms: float | None = None
     metrics: Summary | None = None
     text: TextMetrics | None = None
+    task: TaskMetrics | None = None
     step: str | None = None  # where a failed candidate failed, and the first line of why
     error: str | None = None
 

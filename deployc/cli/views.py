@@ -13,6 +13,7 @@ from deployc.cli.console import Console
 from deployc.core.sizes import format_size
 
 if TYPE_CHECKING:
+    from deployc.build.facts import TaskMetrics
     from deployc.build.results import Arm64Check, BuildReport
     from deployc.plan.build_plan import BuildPlan, UnitPlan
     from deployc.plan.releases import ReleaseStatus
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
 def text_figures(perplexity: float, reference: float, kl: float, top1: float) -> str:
     """A decoder on held-out text, e.g. `ppl 12.3 (fp32 12.1), KL 0.004, top-1 97%`."""
     return f"ppl {perplexity:.3g} (fp32 {reference:.3g}), KL {kl:.2g}, top-1 {top1:.0%}"
+
+
+def task_figures(task: TaskMetrics) -> str:
+    """A program on the task samples, e.g. `top-1 98% of 50` or `top-5 overlap 96% (rank moved 0.12) of 50`."""
+    if task.top1 is not None:
+        return f"top-1 {task.top1:.0%} of {task.samples}"
+    moved = task.mean_rank_change or 0.0
+    return f"top-{task.k} overlap {task.topk_overlap or 0:.0%} (rank moved {moved:.2f}) of {task.samples}"
 
 
 def token_figures(matched: int, generated: int, prompts: int, identical: int) -> str:
@@ -167,6 +176,8 @@ def render_build(console: Console, report: BuildReport) -> None:
             vtext += f" ({x86}cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB{here})"
         if v and v.text:
             vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
+        if v and v.task:
+            vtext += f", {task_figures(v.task)}"
         if v and v.tokens:
             vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
         if v and v.text and arm64:
@@ -232,6 +243,8 @@ def _render_candidates(console: Console, report: BuildReport) -> None:
             if c.text:
                 figures += (", " if figures else "") + text_figures(c.text.perplexity, c.text.reference_perplexity,
                                                                     c.text.kl, c.text.top1)
+            if c.task:
+                figures += (", " if figures else "") + task_figures(c.task)
             if c.error:
                 figures += (f"; {c.step}: " if figures else f"{c.step}: ") + c.error[:120]
             result = "chosen" if c.chosen else c.status
@@ -254,6 +267,10 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
             vtext = v["status"] + measured
             if v.get("text_positions"):
                 vtext += f", {text_figures(v['perplexity'], v['reference_perplexity'], v['kl'], v['top1'])}"
+            if v.get("task_samples"):
+                vtext += ", " + (f"top-1 {v['task_top1']:.0%} of {v['task_samples']}" if not v.get("task_topk") else
+                                 f"top-{v['task_topk']} overlap {v['task_topk_overlap']:.0%} (rank moved "
+                                 f"{v['task_mean_rank_change']:.2f}) of {v['task_samples']}")
             if v.get("tokens_generated"):
                 vtext += ", " + token_figures(v["tokens_matched"], v["tokens_generated"], v.get("tokens_prompts", 0),
                                               v.get("tokens_identical", 0))

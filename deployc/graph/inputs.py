@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from deployc.core.errors import BuildError
 from deployc.plan.build_plan import DimPlan, InputPlan
 
 DTYPES = {
@@ -37,4 +40,24 @@ def make_inputs(inputs: list[InputPlan], point: dict[str, int], seed: int) -> li
             out.append(torch.randint(int(low), int(high) + 1, shape, generator=gen).bool())
         else:
             out.append(torch.randint(int(low), int(high) + 1, shape, generator=gen, dtype=torch.int64).to(dtype))
+    return out
+
+
+def task_samples(path: Path, sha256: str, inputs: list[InputPlan]) -> list[tuple[dict[str, int], list[torch.Tensor]]]:
+    """The manifest's task samples (`verify.data`, checked at plan time): per sample, the sizes of its
+    dims and its inputs in call order, each with the sample axis put back as the model's batch of one."""
+    import numpy as np
+
+    from deployc.core.digests import file_sha256
+
+    if file_sha256(path) != sha256:
+        raise BuildError(f"verification data {path.name} changed since the plan was made")
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = [archive[i.name] for i in inputs]
+    out = []
+    for j in range(arrays[0].shape[0]):
+        tensors = [torch.from_numpy(np.ascontiguousarray(a[j])) for a in arrays]
+        dims = {d: int(t.shape[axis]) for i, t in zip(inputs, tensors)
+                for axis, d in enumerate(i.shape) if isinstance(d, str)}
+        out.append((dims, tensors))
     return out

@@ -1,12 +1,13 @@
 """Agreement between a program's outputs and eager PyTorch's: max abs error, cosine, SQNR; for a decoder
-on held-out text, perplexity, KL divergence and top-1 agreement of its next-token distributions. Pure."""
+on held-out text, perplexity, KL divergence and top-1 agreement of its next-token distributions; on a
+task's samples, a classifier's top-1 agreement or an embedder's nearest-neighbour overlap. Pure."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from deployc.build.facts import Metrics, PointMetrics, Summary, TextMetrics
+from deployc.build.facts import Metrics, PointMetrics, Summary, TaskMetrics, TextMetrics
 
 EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
 
@@ -92,4 +93,47 @@ def judge_text(text: TextMetrics, max_perplexity_ratio: float, max_kl: float, mi
         missed.append(f"KL {text.kl:.4g} > {max_kl}")
     if text.top1 < min_top1:
         missed.append(f"top-1 agreement {text.top1:.1%} < {min_top1:.0%}")
+    return missed
+
+
+def task_metrics(file: str, measure: str, k: int, refs: list[Any], outs: list[Any]) -> TaskMetrics:
+    """refs / outs: per sample, eager's and the program's first output. top1: argmax agreement over the
+    last axis (every row of it); topk: each sample's k nearest other samples by cosine, eager's and the
+    program's, compared as sets (overlap) and by how far eager's neighbours moved in the program's ranking."""
+    import numpy as np
+
+    if measure == "top1":
+        pairs = [(np.asarray(r, dtype=np.float64), np.asarray(o, dtype=np.float64)) for r, o in zip(refs, outs)]
+        agree = [float(np.mean(np.argmax(r.reshape(-1, r.shape[-1]), -1) == np.argmax(o.reshape(-1, o.shape[-1]), -1)))
+                 for r, o in pairs]
+        return TaskMetrics(file=file, samples=len(refs), measure="top1", top1=float(np.mean(agree)))
+
+    def ranked(vectors: list[Any]) -> Any:
+        m = np.stack([np.asarray(v, dtype=np.float64).ravel() for v in vectors])
+        m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        scores = m @ m.T
+        np.fill_diagonal(scores, -np.inf)  # a sample is not its own neighbour
+        return np.argsort(-scores, axis=1, kind="stable")[:, :-1]
+
+    if not all(np.all(np.isfinite(np.asarray(o, dtype=np.float64))) for o in outs):
+        raise ValueError("the program's embeddings are not finite on the task samples")
+    n = len(refs)
+    k = min(k, n - 1)
+    eager, program = ranked(refs), ranked(outs)
+    overlap = moved = 0.0
+    for i in range(n):
+        want = eager[i, :k]
+        overlap += len(set(want.tolist()) & set(program[i, :k].tolist())) / k
+        position = {int(j): rank for rank, j in enumerate(program[i])}
+        moved += float(np.mean([abs(position[int(j)] - rank) for rank, j in enumerate(want)]))
+    return TaskMetrics(file=file, samples=n, measure="topk", k=k, topk_overlap=overlap / n, mean_rank_change=moved / n)
+
+
+def judge_task(task: TaskMetrics, min_top1: float | None, min_topk_overlap: float | None) -> list[str]:
+    missed = []
+    if task.top1 is not None and min_top1 is not None and task.top1 < min_top1:
+        missed.append(f"top-1 agreement with eager on {task.file} {task.top1:.1%} < {min_top1:.0%}")
+    if task.topk_overlap is not None and min_topk_overlap is not None and task.topk_overlap < min_topk_overlap:
+        missed.append(f"top-{task.k} neighbour overlap with eager on {task.file} {task.topk_overlap:.1%} < "
+                      f"{min_topk_overlap:.0%} (mean rank change {task.mean_rank_change:.2f})")
     return missed

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,14 @@ from deployc.build.facts import (
     Measurement,
     PointMetrics,
     SizeRange,
+    TaskMetrics,
     TensorFacts,
     TokenParity,
 )
 from deployc.core.static_decoder import StaticDecoderLayout
 from deployc.graph import verify_worker
-from deployc.graph.metrics import compare, summarize
+from deployc.graph.metrics import compare, summarize, task_metrics
+from deployc.plan.build_plan import TaskData
 
 VERIFY_TIMEOUT_S = 900
 # ExecuTorch's error codes (runtime/core/error.h); its Python runtime says only "error: 0x:23".
@@ -77,20 +80,23 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
 def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
            log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None,
            texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "",
-           self_test_positions: int = 0, static: StaticDecoderLayout | None = None) -> Measurement:
+           self_test_positions: int = 0, static: StaticDecoderLayout | None = None,
+           task: TaskChecks | None = None) -> Measurement:
     """`sequences`: per prompt, the indexes of the checks that generate from it (text-generation
     programs); they are compared by the tokens they choose. `texts`: per held-out window, the indexes of
     its checks and the token each should predict; compared as next-token distributions, over all of them
     and over the first `self_test_positions` (those the self-test vectors carry). The other checks by
     the metrics. `static`: the program is a decoder in the static form, its `forward` calls made through
-    the driver (pipeline/host/static_decoding.py), as an app makes them."""
+    the driver (pipeline/host/static_decoding.py), as an app makes them. `task`: the checks that are the
+    manifest's task samples, judged by the task measure instead."""
     import torch
 
     from deployc.graph.metrics import text_metrics
     from deployc.graph.parity import leading_matches
 
     sequences, texts = sequences or [], texts or []
-    generating = {i for s in sequences for i in s} | {i for window, _ in texts for i in window}
+    generating = ({i for s in sequences for i in s} | {i for window, _ in texts for i in window}
+                  | set(task.checks if task else []))
     forward = [i for i, (method, _, _) in enumerate(checks) if method == "forward" and i not in generating]
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
@@ -139,18 +145,39 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
             shipped = text_metrics("self-test", positions[:self_test_positions]) if self_test_positions else None
         except ValueError as exc:
             return Measurement(status="error", reason=str(exc))
+    try:
+        measured_task = task_measure(task, references, result["outputs"]) if task else None
+    except ValueError as exc:
+        return Measurement(status="error", reason=str(exc))
     return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens, text=text,
-                       self_test_text=shipped,
+                       self_test_text=shipped, task=measured_task,
                        latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))
 
 
-def verify_reference(module: Any, checks: list[Check], references: list[list[Any]], ran_on: str) -> Measurement:
+@dataclass(frozen=True)
+class TaskChecks:
+    """Which checks are the task samples (Verify.data), and how they are measured."""
+
+    checks: list[int]
+    data: TaskData
+
+
+def task_measure(task: TaskChecks, references: list[list[Any]], outputs: list[list[Any]]) -> TaskMetrics:
+    """The task measure over the samples' first outputs: eager's against what ran."""
+    return task_metrics(task.data.file, task.data.measure, task.data.topk,
+                        [references[i][0].float().numpy() for i in task.checks],
+                        [outputs[i][0].float().numpy() for i in task.checks])
+
+
+def verify_reference(module: Any, checks: list[Check], references: list[list[Any]], ran_on: str,
+                     task: TaskChecks | None = None) -> Measurement:
     """The lowered graph (a PyTorch module whose operators are the backend's reference kernels) run on the
     verification points in this process, compared with eager like a program's outputs. What verifies
     a backend this host's runtime cannot run (Cortex-M): honest about what ran (`ran_on`)."""
     import torch
 
     measured: list[PointMetrics] = []
+    outputs: list[list[Any]] = []
     with torch.no_grad():
         for (method, size, inputs), ref in zip(checks, references):
             try:
@@ -160,9 +187,17 @@ def verify_reference(module: Any, checks: list[Check], references: list[list[Any
                                    reason=f"the lowered graph failed on the {ran_on.split(';')[0]} at {size}: "
                                           f"{type(exc).__name__}: {str(exc)[:300]}")
             got = list(got) if isinstance(got, (tuple, list)) else [got]
+            outputs.append(got)
             if len(ref) != len(got):
                 return Measurement(status="error", ran_on=ran_on,
                                    reason=f"the lowered graph returned {len(got)} outputs, eager {len(ref)}")
+            if task and len(outputs) - 1 in task.checks:
+                continue
             metrics = [compare(r.float().numpy(), g.float().numpy()) for r, g in zip(ref, got)]
             measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
-    return Measurement(status="measured", points=measured, summary=summarize(measured), ran_on=ran_on)
+    try:
+        measured_task = task_measure(task, references, outputs) if task else None
+    except ValueError as exc:
+        return Measurement(status="error", ran_on=ran_on, reason=str(exc))
+    return Measurement(status="measured", points=measured, summary=summarize(measured), ran_on=ran_on,
+                       task=measured_task)

@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from deployc.build.cache import open_cache
 from deployc.build.facts import (
@@ -34,6 +34,9 @@ from deployc.core.events import Event, EventSink
 from deployc.core.faults import fault_point
 from deployc.core.library_output import captured
 from deployc.plan.build_plan import Export, UnitPlan
+
+if TYPE_CHECKING:
+    from deployc.graph.verify import TaskChecks
 
 _sink: EventSink | None = None  # where step events go; set by the executor that hosts this process
 
@@ -187,6 +190,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                 at("export")  # what torch.export makes of the declared dims says why
                 raise _failing_point(model, export, point, exc) from exc
     points = [(name, point, inp, ref) for (name, point, inp), ref in zip(checks, references)]
+    task = _task_checks(unit, model, folder, checks, references)
     sequences: list[list[int]] = []
     texts: list[tuple[list[int], list[int]]] = []
     windows: list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = []
@@ -214,7 +218,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                        for name, _, inputs in signatures}
     if backend.format == "tflite":
         return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
-                               log, durations, signature_facts, (sequences, texts, self_test_positions))
+                               log, durations, signature_facts, (sequences, texts, self_test_positions), task)
 
     if export.static is not None:
         return _build_static(unit, model, checks, references, staging, at, lap, verifier, log, durations,
@@ -268,12 +272,12 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     if reference is not None and unit.verify.host_reference:
         at("verify")
-        measurement = verify_reference(reference, checks, references, unit.verify.host_reference)
+        measurement = verify_reference(reference, checks, references, unit.verify.host_reference, task)
         lap("verify")
     elif verifier is not None:
         at("verify")
         measurement = verify(pte, checks, references, verifier, log, sequences, data, texts,
-                             export.text.file if export.text else "", self_test_positions)
+                             export.text.file if export.text else "", self_test_positions, task=task)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)
@@ -282,6 +286,26 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
         signatures=signature_facts, methods=methods, measurement=measurement, durations_s=durations,
         stayed_float=float_layers, **graph)
+
+
+def _task_checks(unit: UnitPlan, model: Any, folder: Path, checks: list[Any], references: list[Any]
+                 ) -> TaskChecks | None:
+    """The manifest's task samples as further forward checks (appended, with eager's outputs), measured by
+    the task measure rather than cosine."""
+    import torch
+
+    from deployc.graph.inputs import task_samples
+    from deployc.graph.verify import TaskChecks
+
+    data = unit.verify.data
+    if data is None:
+        return None
+    start = len(checks)
+    with torch.no_grad():
+        for dims, inputs in task_samples(folder / data.file, data.sha256, unit.export.inputs):
+            checks.append(("forward", dims, inputs))
+            references.append([t.detach().clone() for t in _flatten(model(*inputs))])
+    return TaskChecks(checks=list(range(start, len(checks))), data=data)
 
 
 def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: list[Any], staging: Path,
@@ -374,7 +398,8 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
                     staging: Path, at: Callable[[str], None], lap: Callable[[str], None],
                     verifier: subprocess.Popen[str] | None, log: IO[str] | None, durations: dict[str, float],
                     signatures: dict[str, Signature],
-                    decoding: tuple[list[list[int]], list[tuple[list[int], list[int]]], int]) -> ProgramFacts:
+                    decoding: tuple[list[list[int]], list[tuple[list[int], list[int]]], int],
+                    task: TaskChecks | None) -> ProgramFacts:
     """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
     verifier runs through the LiteRT interpreter against the same references."""
     from deployc.build.facts import Measurement, program_file
@@ -396,7 +421,7 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
         at("verify")
         sequences, texts, self_test_positions = decoding  # a decoder's calls, judged as the .pte path does
         measurement = verify(tflite, checks, references, verifier, log, sequences, None, texts,
-                             unit.export.text.file if unit.export.text else "", self_test_positions)
+                             unit.export.text.file if unit.export.text else "", self_test_positions, task=task)
         lap("verify")
     else:
         measurement = Measurement(status="not-run", reason=unit.verify.reason)

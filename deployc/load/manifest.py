@@ -191,7 +191,16 @@ class VerifySpec(Frozen):
                                   "distribution from eager fp32's, at most (default per scheme)")
     min_top1: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
         default=None, description="text-generation models: share of positions where the program's most likely next "
-                                  "token is eager fp32's, at least (default per scheme)")
+                                  "token is eager fp32's; classifiers with `data`: share of samples whose top class "
+                                  "is eager fp32's; at least (default per scheme)")
+    data: str | None = Field(default=None, description="an .npz file, relative to the manifest, with one array per "
+                             "model input named after it, samples along the first axis: the task measures "
+                             "(min_top1 for classifiers, min_topk_overlap for embedders) are computed on it")
+    min_topk_overlap: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="embedding models with `data`: mean share of each sample's `topk` nearest "
+                                  "neighbours among the other samples that the program finds as eager fp32 does, at "
+                                  "least (default: the scheme's min_top1)")
+    topk: Annotated[int, Field(ge=1, le=100)] = Field(default=5, description="neighbours compared per sample")
     allow_float_ops: bool = Field(default=False, description="on a unit whose profile says int8_only: accept a "
                                   "program with operators left outside the unit's int8 kernels (float or portable "
                                   "compute); by default such a program fails, naming them")
@@ -238,6 +247,13 @@ class MethodSpec(Frozen):
     inputs: dict[Identifier, InputSpec] = Field(min_length=1)
     outputs: dict[Identifier, OutputSpec] = Field(default_factory=dict)
 
+
+# Which task measure `verify.data` gets (docs/manifest.md, "Task measures"): a classifier's top class
+# agreement with eager, or an embedder's nearest neighbours among the samples.
+TASK_MEASURES: dict[str, str] = {
+    "classification": "top1", "text-classification": "top1", "image-classification": "top1",
+    "embedding": "topk", "image-embedding": "topk", "audio-embedding": "topk",
+}
 
 Task = Literal["embedding", "text-generation", "classification", "text-classification", "image-classification",
                "image-embedding", "depth-estimation", "object-detection", "audio-embedding", "other"]
@@ -324,7 +340,13 @@ def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
         verify_places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
                                                                 for t, o in model.overrides.items()]
         for path, v in verify_places:
+            measure = TASK_MEASURES.get(model.task)
+            if v is not None and v.min_topk_overlap is not None and measure != "topk":
+                err((*path, "min_topk_overlap"), f"{'.'.join(map(str, path))}.min_topk_overlap: neighbour overlap "
+                    f"applies to embedding models (with verify.data); models.{name} has task {model.task}")
             for field in ("tokens", "text", "max_perplexity_ratio", "max_kl", "min_top1"):
+                if field == "min_top1" and measure == "top1":  # a classifier's agreement on verify.data
+                    continue
                 if v is not None and getattr(v, field) and model.task != "text-generation":
                     what = "token parity applies" if field == "tokens" else "held-out text checks apply"
                     err((*path, field), f"{'.'.join(map(str, path))}.{field}: {what} to text-generation models; "

@@ -67,6 +67,8 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
         for where, v in verify_places(name, model):
             if v.text is not None:
                 out.append(((*where, "text"), v.text, FOLDER))
+            if v.data is not None:
+                out.append(((*where, "data"), v.data, FOLDER))
     p = m.pipeline
     if p is not None:
         for name, tokenizer in p.tokenizers.items():

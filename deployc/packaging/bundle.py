@@ -67,7 +67,16 @@ def _verification(v: Verification) -> dict[str, Any]:
             "tokens_matched": v.tokens.matched if v.tokens else 0, "tolerance_tokens": v.tolerance.tokens,
             "tokens_prompts": v.tokens.prompts if v.tokens else 0,
             "tokens_identical": v.tokens.identical if v.tokens else 0,
-            **_text(v)}
+            **_text(v), **_task(v)}
+
+
+def _task(v: Verification) -> dict[str, Any]:
+    t = v.task
+    return {"task_samples": t.samples if t else 0, "task_top1": round(t.top1, 4) if t and t.top1 is not None else 0.0,
+            "task_topk": t.k or 0 if t else 0,
+            "task_topk_overlap": round(t.topk_overlap, 4) if t and t.topk_overlap is not None else 0.0,
+            "task_mean_rank_change": round(t.mean_rank_change, 3) if t and t.mean_rank_change is not None else 0.0,
+            "tolerance_min_topk_overlap": v.tolerance.min_topk_overlap or 0.0}
 
 
 def _text(v: Verification) -> dict[str, Any]:

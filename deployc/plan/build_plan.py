@@ -146,6 +146,17 @@ class Serialize(Frozen):
     external_weights: bool = False  # weights (delegated and not) go to a .ptd data file beside the .pte
 
 
+class TaskData(Frozen):
+    """The samples a program's task measure is computed on (manifest `verify.data`); its content is part
+    of the key (new samples measure again)."""
+
+    file: str  # relative to the manifest
+    sha256: str
+    samples: int
+    measure: Literal["top1", "topk"]  # a classifier's top class; an embedder's nearest neighbours
+    topk: int = 5
+
+
 class Verify(Frozen):
     step: Literal["verify"] = "verify"
     key: str = ""
@@ -172,6 +183,10 @@ class Verify(Frozen):
     # The unit runs int8 kernels only and the model does not allow others: a program with operators left
     # outside them fails (ProgramFacts.float_ops).
     int8_only: bool = False
+    # Task measures on `data` (TaskData.measure): top-1 agreement with eager (min_top1, above) for a
+    # classifier, top-k neighbour overlap for an embedder.
+    data: TaskData | None = None
+    min_topk_overlap: float | None = None
 
 
 class CheckBudget(Frozen):

@@ -27,7 +27,7 @@ from deployc.load.project import Project
 from deployc.pipeline.asset_sources import corpus_files, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
-from deployc.plan import heldout
+from deployc.plan import heldout, task_data
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     STEP_ORDER,
@@ -55,6 +55,7 @@ from deployc.plan.build_plan import (
     SourceFile,
     StaticForm,
     TargetPlan,
+    TaskData,
     TokenizerAssetPlan,
     UnitPlan,
     Verify,
@@ -326,6 +327,13 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         packages = imported_versions(loaders)
     generate = _generated_tokens(spec, dims)
     text, text_reason = _held_out(project, r, spec, dims, generate, inputs)
+    data = _task_data(project, r, spec, dims, inputs)
+    task_tolerances: dict[str, Any] = {}
+    if data is not None and data.measure == "top1":
+        task_tolerances = {"min_top1": tol.min_top1}
+    elif data is not None:
+        task_tolerances = {"min_topk_overlap": tol.min_topk_overlap if tol.min_topk_overlap is not None
+                           else tol.min_top1}
     steps: list[Any] = [
         LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
                   derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
@@ -345,7 +353,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                host_reference=backend.host_reference if run and not toolchain.runs[unit.backend].usable else "",
                int8_only=unit.int8_only and not tol.allow_float_ops,
                **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
-                  if text is not None else {})),
+                  if text is not None else {}), data=data, **task_tolerances),
         CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
         Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
                 data_file=layout.program_data_file(r.model) if spec.weights == "external" else "",
@@ -383,6 +391,33 @@ def _generated_tokens(spec: ModelSpec, dims: list[DimPlan]) -> int:
             and isinstance(context := spec.constants.get("max_seq_len"), int)):
         return max(0, min(GENERATION_TOKENS, context - 1))
     return 0
+
+
+def _task_data(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[DimPlan],
+               inputs: _Inputs) -> TaskData | None:
+    """The manifest's task-measure samples, checked against the model's inputs (a located error if they
+    do not fit), hashed into the verification's key."""
+    file = r.tolerances.data
+    if file is None:
+        return None
+    override = spec.overrides.get(r.target)
+    base: tuple[str, ...] = (("models", r.model, "overrides", r.target) if override and override.verify
+                             and override.verify.data is not None else ("models", r.model))
+    at, field = project.doc.locate((*base, "verify", "data")), ".".join((*base, "verify", "data"))
+    measure = task_data.TASK_MEASURES.get(spec.task)
+    if measure is None:
+        raise PlanError([Diagnostic(at, f"{field}: task '{spec.task}' has no task measure to compute on data",
+                                    "classifiers (" + ", ".join(t for t, m in task_data.TASK_MEASURES.items()
+                                                                if m == "top1")
+                                    + ") get top-1 agreement, embedders ("
+                                    + ", ".join(t for t, m in task_data.TASK_MEASURES.items() if m == "topk")
+                                    + ") top-k neighbour overlap: set the model's task")])
+    path = project.folder / file
+    samples, problem = task_data.check(path, _inputs(spec.inputs), dims, measure)
+    if problem:
+        raise PlanError([Diagnostic(at, f"{field}: {file}: {problem}")])
+    return TaskData(file=file, sha256=inputs.add(path, "verification data"), samples=samples,
+                    measure=measure, topk=r.tolerances.topk)
 
 
 def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[DimPlan], generate: int,

@@ -27,6 +27,9 @@ class Tolerances:
     min_top1: float
     text: str | None  # the held-out text, relative to the manifest
     allow_float_ops: bool = False
+    data: str | None = None  # task-measure samples (.npz), relative to the manifest
+    min_topk_overlap: float | None = None
+    topk: int = 5
     explicit: frozenset[str] = frozenset()  # the fields the manifest sets (the rest are the scheme's defaults)
 
 
