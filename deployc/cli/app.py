@@ -281,6 +281,52 @@ def inspect(path: Path, json_out: JsonOpt = False,
 
 
 @app.command()
+def profile(
+    bundle: Annotated[Path, typer.Argument(help="a bundle directory or archive")],
+    program: Annotated[str | None, typer.Option("--program", help="only this program (a model's name)")] = None,
+    runs: Annotated[int, typer.Option("--runs", min=1, max=10_000, help="timed calls after one warm-up")] = 20,
+    trace: Annotated[Path | None, typer.Option("--trace", help="also write a Chrome trace (JSON) here")] = None,
+    etdump_dir: Annotated[Path | None, typer.Option(
+        "--etdump-dir", help="keep each program's ETDump here (<program>.etdp)")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time per operator and per delegate call of a bundle's programs, from ExecuTorch's ETDump, on this host."""
+    import json
+    import tempfile
+
+    from deployc.core.atomic import write_atomic
+    from deployc.core.errors import BuildError
+    from deployc.core.library_output import captured
+    from deployc.packaging.inspection import check_bundle, open_bundle
+    from deployc.runtime.profiler import chrome_trace, profile_bundle
+
+    console = Console(json_mode=json_out)
+    if not bundle.exists():
+        raise UserError.at(bundle, "no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="deployc-profile-") as scratch_dir:
+        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
+        check = check_bundle(folder)
+        if not check.ok:
+            raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; not profiled")
+        with captured(_library_log("profile"), f"deployc profile {bundle}"):
+            profiles = profile_bundle(folder, program, runs, etdump_dir)
+    if program is not None and not profiles:
+        raise UserError.at(bundle, f"--program {program}: no such program in the bundle")
+    if trace is not None:
+        write_atomic(trace, json.dumps(chrome_trace([p for p in profiles if p.status == "profiled"])) + "\n")
+    if json_out:
+        console.document({"profiles": [p.model_dump(mode="json", exclude={"trace"}) for p in profiles],
+                          "trace": str(trace) if trace else None})
+    else:
+        from deployc.cli.views import render_profiling
+
+        render_profiling(console, profiles, trace)
+    failed = [p for p in profiles if p.status == "failed"]
+    if failed:
+        raise BuildError(f"{bundle}: " + "; ".join(f"{p.program} failed to run: {p.reason}" for p in failed))
+
+
+@app.command()
 def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
     """What changed between two bundles (directories or archives)."""
     import tempfile

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from deployc.build.results import Arm64Check, BuildReport
     from deployc.plan.build_plan import BuildPlan, UnitPlan
     from deployc.plan.releases import ReleaseStatus
+    from deployc.runtime.profiler import ProgramProfile
     from deployc.targets.profile import LoadedProfile, Origin
 
 
@@ -252,6 +253,25 @@ def _render_candidates(console: Console, report: BuildReport) -> None:
                           c.scheme, result, format_size(c.size_bytes) if c.size_bytes is not None else "-",
                           f"{c.latency_ms:.2f} ms" if c.latency_ms is not None else "-", figures or "-")
     console.table(table)
+
+
+def render_profiling(console: Console, profiles: list[ProgramProfile], trace: Path | None) -> None:
+    for p in profiles:
+        if p.status != "profiled":
+            console.result(f"{p.program} ({p.backend}): {p.status}: {p.reason}")
+            continue
+        dims = ", ".join(f"{k}={v}" for k, v in p.dims.items()) or "static"
+        console.result(f"{p.program} ({p.backend}): {p.method} {p.call_ms:.3f} ms a call (median of {p.runs}, "
+                       f"{dims}) on {p.ran_on}")
+        table = Table("operator / delegate call", "kind", "calls", "ms a call", "share")
+        for o in p.operators:
+            table.add_row(o.name, o.kind, str(o.calls), f"{o.median_ms:.4f}", f"{o.share:.1%}")
+        console.table(table)
+        console.result("  (a delegate op's time is part of its delegate call's; operators run outside delegates)")
+        if p.etdump:
+            console.result(f"  ETDump: {p.etdump}")
+    if trace is not None:
+        console.result(f"Chrome trace: {trace} (open in chrome://tracing or ui.perfetto.dev)")
 
 
 def render_inspect(console: Console, info: dict[str, Any]) -> None:

@@ -22,12 +22,13 @@ def _c() -> Any:
     return _C
 
 
-def load_program(path: Path, data_path: Path | None = None) -> Any:
+def load_program(path: Path, data_path: Path | None = None, etdump: bool = False) -> Any:
+    """`etdump`: record every operator and delegate call in an ETDump (`deployc profile`)."""
     from deployc.targets.backends.qnn_host import activate_from_env
 
     c = _c()
     activate_from_env()  # QNN host libraries chosen by the build or `deployc run`, loaded before any QNN program
-    return c._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
+    return c._load_program(str(path), enable_etdump=etdump, debug_buffer_size=0,
                            program_verification=c.Verification.InternalConsistency,
                            data_path=str(data_path) if data_path else None)
 
