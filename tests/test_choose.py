@@ -56,7 +56,11 @@ def test_by_size_keeps_the_first_candidate_that_passes(chosen: Built) -> None:
     # The bundle ships the chosen program, and its runtime config says which scheme it is.
     runtime = json.loads((chosen.bundle("arduino_q") / "runtime.json").read_text())
     program = next(p for p in runtime["programs"] if p["name"] == "small")
-    assert program["quantization"] == "8da8w"
+    assert program["quantization"] == "8da8w" and program["chosen_by"] == "size"
+    assert [(c["scheme"], c["status"]) for c in program["candidates"]] == [
+        ("8da4w", "failed"), ("8da8w", "chosen"), ("fp32", "not-tried")]
+    assert program["candidates"][0]["size_bytes"] == four["size_bytes"]
+    assert program["candidates"][0]["min_cosine"] == round(four["metrics"]["min_cosine"], 4)
 
 
 def test_by_latency_verifies_every_candidate_and_keeps_the_fastest_passing(chosen: Built) -> None:

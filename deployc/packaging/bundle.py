@@ -18,7 +18,7 @@ from filelock import FileLock
 
 import deployc
 from deployc.build.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
-from deployc.build.results import BundleResult, UnitResult, Verification
+from deployc.build.results import BundleResult, CandidateResult, UnitResult, Verification
 from deployc.core import layout
 from deployc.core.atomic import temp_glob, write_atomic
 from deployc.core.digests import file_sha256
@@ -116,7 +116,15 @@ def _program_entry(r: UnitResult, file: str, sha256: str, data: tuple[str, str, 
         **({"data_file": data[0], "data_sha256": data[1], "data_bytes": data[2]} if data else {}),
         **({"format": facts.format} if facts.format != "pte" else {}),
         **({"static_decoder": _static_decoder(facts.static_decoder)} if facts.static_decoder else {}),
+        **({"chosen_by": r.unit.choice.by, "candidates": [_candidate(c) for c in r.candidates]}
+           if r.unit.choice is not None else {}),
     }
+
+
+def _candidate(c: CandidateResult) -> dict[str, Any]:
+    m = c.metrics
+    return {"scheme": c.scheme, "status": "chosen" if c.chosen else c.status, "size_bytes": c.size_bytes or 0,
+            "min_cosine": round(m.min_cosine, 4) if m else 0.0, "min_sqnr_db": round(m.min_sqnr_db, 1) if m else 0.0}
 
 
 def _static_decoder(layout: StaticDecoderLayout) -> dict[str, Any]:
