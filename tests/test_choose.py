@@ -9,36 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Built, build_json, build_project, run_subprocess
-
-# The MLP's 8da4w program misses a 0.999 cosine (measured 0.989), its 8da8w one meets it (0.99994).
-CHOOSE = """\
-apiVersion: deployc/v1
-name: suite
-version: 1.0.0
-targets: [arduino_q]
-models:
-  small:
-    source: {factory: models.small:mlp, kwargs: {features: 64, hidden: 256, classes: 16}}
-    inputs:
-      x: {shape: [1, 64], dtype: float32, range: [-2.0, 2.0]}
-    quantization: {choose: [8da4w, 8da8w, fp32]}
-    verify: {min_cosine: 0.999}
-    overrides:
-      arduino_q: {unit: cpu}
-  fast:
-    source: {factory: models.small:mlp, kwargs: {features: 64, hidden: 256, classes: 16}}
-    inputs:
-      x: {shape: [1, 64], dtype: float32, range: [-2.0, 2.0]}
-    quantization: {choose: [fp32, 8da8w], by: latency}
-    overrides:
-      arduino_q: {unit: cpu}
-"""
-
-
-@pytest.fixture(scope="module")
-def chosen(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_project(tmp_path_factory.mktemp("choose"), CHOOSE, "suite.yaml", "--no-emulate")
+from conftest import CHOOSE, Built, build_json, build_project, run_subprocess
 
 
 def test_by_size_keeps_the_first_candidate_that_passes(chosen: Built) -> None:

@@ -170,6 +170,8 @@ def build_cmd(
         "--emulate/--no-emulate", help="also run arm64 devices' CPU programs on ExecuTorch's arm64 runtime under "
         "qemu-aarch64 (--no-emulate: report that check not-run)")] = True,
     verbose: VerboseOpt = False,
+    html: Annotated[Path | None, typer.Option(
+        "--report", help="also write the build's report as one self-contained HTML file here")] = None,
 ) -> None:
     """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
     from deployc.apply.apply_plan import apply, check_inputs
@@ -177,6 +179,7 @@ def build_cmd(
     from deployc.build.executors import make_executor
     from deployc.core.cache_location import cache_spec
     from deployc.core.errors import BuildError
+    from deployc.core.library_output import captured
     from deployc.plan.build_plan import load_plan
     from deployc.plan.toolchain import detect
 
@@ -210,6 +213,13 @@ def build_cmd(
         console.status("checking reproducibility: a second build in a fresh process with an empty cache")
         differences = rebuild_and_compare(what, report.bundles)
         report = report.model_copy(update={"reproducible": not differences, "differences": differences})
+    if html is not None:
+        from deployc.packaging.report_source import sections_from_build
+
+        with captured(_library_log("report"), f"deployc build --report {html}"):  # reading programs imports torch
+            _write_report(html, f"{build_plan.manifest.name} {build_plan.manifest.version}",
+                          sections_from_build(report))
+        console.status(f"report: {html}")
     if json_out:
         console.document(report.to_json())
     else:
@@ -278,6 +288,57 @@ def inspect(path: Path, json_out: JsonOpt = False,
     if failed:
         raise BuildError(f"{path}: self-test failed for {', '.join(failed)}: the programs do not compute what the "
                          "build verified")
+
+
+HOST_NOTE = ("Latencies and operator times are this machine's (an NPU program's: the HTP emulator on x86), "
+             "not the device's; sizes, memory and accuracy are the programs'.")
+
+
+def _write_report(path: Path, title: str, sections: list[Any]) -> None:
+    from deployc.core.atomic import write_atomic
+    from deployc.packaging.html_report import render
+
+    write_atomic(path, render(title, sections, [HOST_NOTE]))
+
+
+@app.command()
+def report(
+    bundle: Annotated[Path, typer.Argument(help="a bundle directory or archive")],
+    out: Annotated[Path, typer.Option("--out", help="the HTML file to write")] = Path("report.html"),
+    with_profile: Annotated[bool, typer.Option(
+        "--profile", help="also run every program here with ETDump and chart its time per operator")] = False,
+) -> None:
+    """Write a bundle's report as one self-contained HTML file (tables and inline SVG charts, no network)."""
+    import tempfile
+
+    from deployc.core.errors import BuildError
+    from deployc.core.library_output import captured
+    from deployc.packaging.inspection import check_bundle, open_bundle
+    from deployc.packaging.report_source import section_from_bundle
+
+    console = Console()
+    if not bundle.exists():
+        raise UserError.at(bundle, "no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="deployc-report-") as scratch_dir:
+        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
+        check = check_bundle(folder)
+        if not check.ok:
+            raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; no report")
+        with captured(_library_log("report"), f"deployc report {bundle}"):
+            profiles = None
+            if with_profile:
+                from deployc.runtime.profiler import profile_bundle
+
+                profiles = profile_bundle(folder, None, 20, None)
+            section = section_from_bundle(folder, profiles)
+            section.bundle = f"bundle {bundle}"
+        import json
+
+        from deployc.core.layout import RUNTIME_JSON
+
+        meta = json.loads((folder / RUNTIME_JSON).read_text())["bundle"]
+        _write_report(out, f"{meta['name']} {meta['version']}", [section])
+    console.result(f"report: {out}")
 
 
 @app.command()
