@@ -247,7 +247,8 @@ def _render_candidates(console: Console, report: BuildReport) -> None:
             if c.task:
                 figures += (", " if figures else "") + task_figures(c.task)
             if c.error:
-                figures += (f"; {c.step}: " if figures else f"{c.step}: ") + c.error[:120]
+                error = c.error.removeprefix("verification against eager PyTorch missed: ")
+                figures += (f"; {c.step}: " if figures else f"{c.step}: ") + error[:120]
             result = "chosen" if c.chosen else c.status
             table.add_row(r.unit.model, r.unit.target, r.unit.unit, r.unit.choice.by if r.unit.choice else "-",
                           c.scheme, result, format_size(c.size_bytes) if c.size_bytes is not None else "-",
