@@ -175,3 +175,29 @@ models:
     assert r.code == 2
     assert "m.yaml:12:" in r.err and "unit 'cpu' (xnnpack) cannot build this model: no candidate scheme: " in r.err
     assert "16a8w: accepts fp32, 8da8w, 8da4w, w8a8; not 16a8w" in r.err
+
+
+def test_no_candidate_passing_on_the_npu_falls_back_to_the_cpus_candidates(tmp_path: Path) -> None:
+    """fallback: next applies to a choice too: the NPU's 16a4w misses 0.9999, the CPU's 8da8w meets it."""
+    text = """\
+apiVersion: deployc/v1
+name: suite
+version: 1.0.0
+targets: [snapdragon]
+models:
+  small:
+    source: {factory: models.small:mlp, kwargs: {features: 64, hidden: 256, classes: 16}}
+    inputs:
+      x: {shape: [1, 64], dtype: float32, range: [-2.0, 2.0]}
+    quantization: {choose: [16a4w, 8da8w]}
+    verify: {min_cosine: 0.9999}
+"""
+    built = build_project(tmp_path, text, "suite.yaml", "--no-emulate")
+    u = built.unit("small", "snapdragon")
+    assert (u["status"], u["unit"], u["quantization"]) == ("built", "cpu", "8da8w")
+    (fell,) = u["fell_back_from"]
+    assert (fell["unit"], fell["backend"], fell["step"]) == ("npu", "qnn", "choose")
+    assert fell["error"].startswith("no candidate met every tolerance (16a4w: verification against eager PyTorch "
+                                    "missed: cosine")
+    assert [(c["scheme"], c["status"], c["chosen"]) for c in u["candidates"]] == [("8da8w", "passed", True)]
+    assert "small@snapdragon/npu:16a4w: qnn failed at choose; falling back to unit cpu (xnnpack)" in built.result.err

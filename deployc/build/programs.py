@@ -240,6 +240,7 @@ def _settle(unit: UnitPlan, results: dict[str, WorkerResult], judge: Callable[[U
         if not last:
             out.fell.append(Fallback(unit=group.unit, backend=group.backend, step="choose",
                                      error=f"no candidate met every tolerance ({why})"[:300]))
+            out.candidates = []  # the report lists the candidates of the unit it was built on
             continue
         out.chosen, out.none_passed = group, f"no candidate scheme met every tolerance: {why}"
         return out
@@ -321,8 +322,8 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
     for u in plan.units():
         settled = _settle(u, results, judge)
         assert settled.chosen is not None
-        went_to = [*[g for g in u.fallbacks if g.unit in {f.unit for f in settled.fell[1:]}], settled.chosen]
-        for f, to in zip(settled.fell, went_to):
+        # The walk goes through the unit's groups in order: the k-th failure hands on to group k + 1.
+        for f, to in zip(settled.fell, u.fallbacks):
             say(f"{u.label}: {f.backend} failed at {f.step}; falling back to unit {to.unit} ({to.backend})")
         one = judge(settled.chosen).model_copy(update={"fallbacks": settled.fell, "candidates": settled.candidates})
         if settled.none_passed:
