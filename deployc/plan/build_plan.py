@@ -322,7 +322,7 @@ class IndexAssetPlan(Frozen):
     name: str
     file: str  # the index's JSON inside the bundle; vectors go beside it (layout.index_vectors_file)
     model: str
-    program_key: str  # the embedder's program on this target
+    program_key: str  # the embedder's program on this target (planner.embedder_key: all it may be, with fallbacks)
     tokenizer: str | None = None  # a text corpus: chunks tokenized by this asset ...
     tokenizer_sha256: str | None = None
     max_tokens: int = 0

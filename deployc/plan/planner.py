@@ -495,6 +495,16 @@ def _token_length(unit: UnitPlan) -> tuple[int, bool]:
     return min(d.max for d in symbolic), all(d.min == d.max for d in symbolic)
 
 
+def embedder_key(u: UnitPlan) -> str:
+    """What decides which program embeds an index: the unit's program, or, where the build may take
+    another (a choice of schemes, fallback units), every program it may take and the rule."""
+    if u.choice is None and not u.fallbacks:
+        return u.program_key
+    groups = [u, *u.fallbacks]
+    return key_of([[g.program_key, *(c.program_key for c in g.candidates),
+                    g.choice.model_dump(mode="json") if g.choice else None] for g in groups])
+
+
 def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:
     """The pipeline's tokenizer files and vector indexes for one target."""
     pipeline = project.manifest.pipeline
@@ -519,13 +529,13 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
             stage = next(s for s in pipeline.stages if s.name == ix.image)
             assert isinstance(stage, image.ImageStage)  # validate checked it
             plan = IndexAssetPlan(name=name, file=layout.index_file(name), model=ix.model,
-                                  program_key=unit.program_key, image_steps=image.resolve_steps(stage, folder)[0],
+                                  program_key=embedder_key(unit), image_steps=image.resolve_steps(stage, folder)[0],
                                   corpus=corpus)
         else:
             assert ix.tokenizer is not None
             max_tokens, static = _token_length(unit)
             plan = IndexAssetPlan(
-                name=name, file=layout.index_file(name), model=ix.model, program_key=unit.program_key,
+                name=name, file=layout.index_file(name), model=ix.model, program_key=embedder_key(unit),
                 tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
                 pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
                 corpus=corpus)
