@@ -61,7 +61,10 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
           say: Say, warn: Say, emulate: bool = True) -> BuildReport:
     """emulate: False skips the arm64 check of arm64 devices' CPU programs (reported not-run)."""
     releases = check_releases(plan, out, force)
-    results = arm64_check.check(build(plan, cache, executor, events, say, warn), cache, emulate, say)
+    built = build(plan, cache, executor, events, say, warn)
+    # Host reference programs (indexes' embed_with: reference) are the build's own, not units of a bundle.
+    references = {built[r.label].unit.program_key: built.pop(r.label) for r in plan.references().values()}
+    results = arm64_check.check(built, cache, emulate, say)
     bundles: dict[str, BundleResult] = {}
     not_written: dict[str, str] = {}
     unchanged = {s.profile for s in releases if s.state == "unchanged"}
@@ -83,7 +86,7 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
         )
         from deployc.packaging.bundle import write_bundle
 
-        assets = build_assets(plan, t, results, cache, say)
+        assets = build_assets(plan, t, results, references, cache, say)
         bundles[t.profile] = write_bundle(plan, t, units, out, force, assets)
     return BuildReport(units=list(results.values()), bundles=bundles, bundles_not_written=not_written,
                        releases=releases)

@@ -288,7 +288,7 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
         return judged_programs[(u.label, u.program_key)]
 
     while True:
-        wanted: dict[str, UnitPlan] = {}
+        wanted: dict[str, UnitPlan] = {k: r for k, r in plan.references().items() if k not in results}
         for u in plan.units():
             for c in _settle(u, results, judge).todo:
                 wanted.setdefault(c.program_key, c)
@@ -330,4 +330,6 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
             one = one.model_copy(update={"status": "failed", "failure": Failure(
                 step="choose", error=f"{u.model} on {u.target}/{settled.chosen.unit}: {settled.none_passed}")})
         judged[u.label] = one
+    for reference in plan.references().values():  # host reference programs: judged too, reported by the index
+        judged[reference.label] = judge(reference)
     return judged

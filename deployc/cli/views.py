@@ -137,7 +137,11 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                          f"{format_size(limit)} budget; the build will check the real size")
     for t in build_plan.targets:
         for a in t.assets:
-            if a.kind == "vector_index":
+            if a.kind == "vector_index" and a.reference is not None and a.agreement is not None:
+                console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model}'s host "
+                               f"reference program (xnnpack fp32, {a.reference.program_key[:12]}), the target's "
+                               f"program on {a.agreement.sample} chunks to prove it ({status[a.key]}, {a.key[:12]})")
+            elif a.kind == "vector_index":
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
                                f"({status[a.key]}, {a.key[:12]})")
     used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deployc.build.cache import Cache
 from deployc.build.results import UnitResult
@@ -51,8 +52,8 @@ def _tokenizer(plan: BuildPlan, a: TokenizerAssetPlan) -> Path:
     return path
 
 
-def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: UnitResult, cache: Cache,
-           say: Say) -> Path:
+def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: UnitResult,
+           reference: UnitResult | None, cache: Cache, say: Say) -> Path:
     folder = plan.folder
     files = [folder / f.path for f in a.corpus]
     label = f"index {a.name} on {target.target}"  # a two-target build embeds the corpus once per target
@@ -68,49 +69,106 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
         entry, _ = store.get(a.key)
         if entry is not None:
             return entry.path
-        say(f"{label}: embedding {len(files)} file(s) with {program.unit.model}'s program "
-            f"({program.unit.unit}, {program.unit.backend})")
         staging = store.tmp_dir()
-        noun = "images" if a.image_steps is not None else "chunks"
         try:
-            worker = [sys.executable, "-m", embed_worker.__name__]
             if a.image_steps is not None:  # one entry per image: its file name stands for its text
                 chunks = [Chunk(id=i, source=f.path, text=Path(f.path).name) for i, f in enumerate(a.corpus)]
                 (staging / "steps.json").write_text(json.dumps(a.image_steps))
-                (staging / "texts.json").write_text(json.dumps([str(p) for p in files]))
-                worker += ["--images", str(program.program), str(staging / "steps.json")]
+                texts = [str(p) for p in files]
             else:
-                tokenizer = _tokenizer(plan, next(t for t in target.assets if isinstance(t, TokenizerAssetPlan)
-                                                  and t.name == a.tokenizer))
                 chunks = chunk_corpus(files, folder, a.words, a.overlap)
-                (staging / "texts.json").write_text(json.dumps([c.text for c in chunks]))
-                worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
-            env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
-            stdout, stderr, code = _embed([*worker, str(staging / "texts.json"), str(staging / "vectors.npy")],
-                                          env, lambda line: say(f"{label}: {line}"), noun)
-            cache.log_dir.mkdir(parents=True, exist_ok=True)
-            (cache.log_dir / f"index-{a.name}-{a.key[:12]}.log").write_text(stdout + stderr)
-            if code != 0:
-                tail = " | ".join(stderr.strip().splitlines()[-3:])
-                raise BuildError(f"{label}: embedding the corpus failed (exit {code}): {tail[:400]}")
-            rate = _rate(stdout, noun)
-            if rate:
-                say(f"{label}: {len(chunks)} {noun} embedded at {rate}")
-            import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
-
-            vectors = np.load(staging / "vectors.npy").astype("<f4")
-            (staging / "vectors.f32").write_bytes(vectors.tobytes())
+                texts = [c.text for c in chunks]
+            embedder = _Embedder(plan, target, a, staging, cache, label, say)
+            meta: dict[str, Any] = {}
+            if reference is None:
+                say(f"{label}: embedding {len(files)} file(s) with {program.unit.model}'s program "
+                    f"({program.unit.unit}, {program.unit.backend})")
+                vectors = embedder.run(program, texts, "vectors")
+            else:
+                vectors, meta = _by_reference(embedder, a, program, reference, texts, label, say)
+            (staging / "vectors.f32").write_bytes(vectors.astype("<f4").tobytes())
             meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": a.name, "model": a.model,
                     "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]), "metric": "cosine",
                     "vectors": Path(layout.index_vectors_file(a.file)).name,
-                    "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks]}
+                    "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks], **meta}
             (staging / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            for extra in ("texts.json", "vectors.npy", "steps.json"):
+            for extra in ("steps.json",):
                 (staging / extra).unlink(missing_ok=True)
             return store.put(a.key, staging).path
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _by_reference(embedder: _Embedder, a: IndexAssetPlan, program: UnitResult, reference: UnitResult,
+                  texts: list[str], label: str, say: Say) -> tuple[Any, dict[str, Any]]:
+    """The corpus embedded by the host reference program, and the target's program on a sample of it:
+    the substitution holds only if the sample's rankings agree (packaging/index_agreement.py)."""
+    from deployc.packaging import index_agreement
+
+    assert a.agreement is not None and a.reference is not None
+    if reference.status == "failed":
+        failure = reference.failure
+        raise BuildError(f"{label}: the host reference program ({a.reference.label}) failed"
+                         + (f" at {failure.step}: {failure.error}" if failure else ""))
+    say(f"{label}: embedding {len(texts)} chunk(s) with the host reference program of {a.model} (xnnpack fp32)")
+    vectors = embedder.run(reference, texts, "reference")
+    rows = index_agreement.sample_rows(len(texts), a.agreement.sample)
+    say(f"{label}: the target's program ({program.unit.unit}, {program.unit.backend}) on {len(rows)} of them")
+    sampled = embedder.run(program, [texts[i] for i in rows], "sample")
+    agreement = index_agreement.measure(vectors[rows], sampled, a.agreement.topk, a.agreement.min_topk_overlap,
+                                        a.agreement.max_score_diff)
+    figures = (f"top-{agreement.topk} overlap {agreement.topk_overlap:.1%}, score difference max "
+               f"{agreement.max_score_diff:.4f} (mean {agreement.mean_score_diff:.4f}) on {agreement.sample} chunks")
+    if agreement.missed:
+        raise BuildError(f"{label}: the host reference program's vectors do not stand in for the target's: "
+                         f"{'; '.join(agreement.missed)} ({figures}); use embed_with: target, or loosen "
+                         "pipeline.indexes.<name>.agreement")
+    say(f"{label}: the reference stands in for the target's program: {figures}")
+    return vectors, {"embedded_with": {"program": "reference", "backend": reference.unit.backend,
+                                       "quantization": reference.unit.quantization,
+                                       "program_key": reference.unit.program_key,
+                                       "target_program_key": program.unit.program_key},
+                     "agreement": {**agreement.model_dump(), "rows": rows}}
+
+
+class _Embedder:
+    """Runs the embed worker on a list of texts (or image paths) with one program, passing its progress on."""
+
+    def __init__(self, plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, staging: Path, cache: Cache,
+                 label: str, say: Say) -> None:
+        self.plan, self.target, self.a, self.staging, self.cache, self.label, self.say = (
+            plan, target, a, staging, cache, label, say)
+
+    def run(self, program: UnitResult, texts: list[str], tag: str) -> Any:
+        import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
+
+        a, staging = self.a, self.staging
+        noun = "images" if a.image_steps is not None else "chunks"
+        (staging / f"{tag}.json").write_text(json.dumps(texts))
+        worker = [sys.executable, "-m", embed_worker.__name__]
+        if a.image_steps is not None:
+            worker += ["--images", str(program.program), str(staging / "steps.json")]
+        else:
+            tokenizer = _tokenizer(self.plan, next(t for t in self.target.assets if isinstance(t, TokenizerAssetPlan)
+                                                   and t.name == a.tokenizer))
+            worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
+        env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
+        out = staging / f"{tag}.npy"
+        stdout, stderr, code = _embed([*worker, str(staging / f"{tag}.json"), str(out)], env,
+                                      lambda line: self.say(f"{self.label}: {line}"), noun)
+        self.cache.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.cache.log_dir / f"index-{a.name}-{a.key[:12]}-{tag}.log").write_text(stdout + stderr)
+        if code != 0:
+            tail = " | ".join(stderr.strip().splitlines()[-3:])
+            raise BuildError(f"{self.label}: embedding the corpus failed (exit {code}): {tail[:400]}")
+        rate = _rate(stdout, noun)
+        if rate:
+            self.say(f"{self.label}: {len(texts)} {noun} embedded at {rate}")
+        vectors = np.load(out)
+        out.unlink()
+        (staging / f"{tag}.json").unlink()
+        return vectors
 
 
 def _embed(cmd: list[str], env: dict[str, str], progress: Say, noun: str) -> tuple[str, str, int]:
@@ -148,15 +206,17 @@ def _rate(worker_stdout: str, noun: str = "chunks") -> str:
     return f"{rate:,.0f} {noun}/s" if rate >= 10 else f"{rate:.2g} {noun}/s"
 
 
-def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult], cache: Cache,
-                 say: Say) -> list[Asset]:
+def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult],
+                 references: dict[str, UnitResult], cache: Cache, say: Say) -> list[Asset]:
+    """`references`: the host reference programs (indexes with embed_with: reference), by program key."""
     programs = {r.unit.model: r for r in results.values() if r.unit.target == target.target}
     assets = []
     for a in target.assets:
         if isinstance(a, TokenizerAssetPlan):
             assets.append(Asset(a.name, "tokenizer", a.file, _tokenizer(plan, a)))
         else:
-            built = _index(plan, target, a, programs[a.model], cache, say)
+            reference = references[a.reference.program_key] if a.reference is not None else None
+            built = _index(plan, target, a, programs[a.model], reference, cache, say)
             assets.append(Asset(a.name, "vector_index", a.file, built / "index.json"))
             assets.append(Asset(f"{a.name}.vectors", "vector_index_vectors", layout.index_vectors_file(a.file),
                                 built / "vectors.f32"))

@@ -36,6 +36,19 @@ class Chunking(Frozen):
     overlap: Annotated[int, Field(ge=0)] = 20
 
 
+class IndexAgreement(Frozen):
+    """How an index embedded by a host reference program is proven to serve the target's queries: the
+    target's program embeds `sample` chunks; each, as a query, must rank the sample the same way against
+    the reference's vectors as against the target's own."""
+
+    sample: Annotated[int, Field(ge=2, le=10_000)] = Field(default=32, description="chunks the target embeds too")
+    topk: Annotated[int, Field(ge=1, le=100)] = Field(default=3, description="neighbours compared per query")
+    min_topk_overlap: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        default=0.9, description="mean share of each query's top-k found with both vector sets, at least")
+    max_score_diff: Annotated[float, Field(ge=0.0, le=2.0)] = Field(
+        default=0.05, description="largest difference of a query's cosine score against the two vectors of a chunk")
+
+
 class IndexAsset(Frozen):
     corpus: str = Field(description="glob of UTF-8 text files (or of PNG/JPEG images, with `image`), relative "
                                     "to the manifest's folder")
@@ -44,6 +57,12 @@ class IndexAsset(Frozen):
     image: str | None = Field(default=None, description="an image index: the pipeline's image stage whose "
                               "preprocessing prepares every corpus image for `model` (one entry per image)")
     chunking: Chunking = Field(default_factory=Chunking)
+    embed_with: Literal["target", "reference"] = Field(
+        default="target", description="target: every chunk embedded by the target's own program; reference: by "
+        "a fast host program of the same model (XNNPACK fp32), the substitution proven on a sample of chunks "
+        "that the target's program embeds too (`agreement`)")
+    agreement: IndexAgreement = Field(default_factory=lambda: IndexAgreement(),
+                                      description="embed_with: reference: the sample and the tolerances")
 
 
 class Pipeline(Frozen):

@@ -23,7 +23,7 @@ from deployc.core.errors import Location, UserError
 from deployc.core.quantization import Recipe
 from deployc.core.records import Frozen
 from deployc.pipeline.config import PipelineConfig
-from deployc.pipeline.schema import TokenizerAsset
+from deployc.pipeline.schema import IndexAgreement, TokenizerAsset
 from deployc.plan.toolchain import Toolchain
 
 PLAN_SCHEMA_VERSION = 3
@@ -331,6 +331,10 @@ class IndexAssetPlan(Frozen):
     overlap: int = 0
     image_steps: list[dict[str, Any]] | None = None  # ... or an image corpus: each image prepared by these
     corpus: list[SourceFile]  # relative to the manifest's folder
+    # embed_with: reference: the host program that embeds the corpus instead of the target's (built, never
+    # shipped), and how the substitution is proven on a sample the target's program embeds too.
+    reference: UnitPlan | None = None
+    agreement: IndexAgreement | None = None
     key: str = ""  # content key of the built index: everything above but names
 
 
@@ -394,6 +398,12 @@ class BuildPlan(Frozen):
         for u in self.units():
             out.setdefault(u.program_key, u)
         return out
+
+    def references(self) -> dict[str, UnitPlan]:
+        """The host reference programs indexes are embedded with (`embed_with: reference`), by program key:
+        built for the build's own use, never shipped."""
+        return {a.reference.program_key: a.reference for t in self.targets for a in t.assets
+                if isinstance(a, IndexAssetPlan) and a.reference is not None}
 
 
 def plan_json(plan: BuildPlan) -> dict[str, Any]:

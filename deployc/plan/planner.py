@@ -7,6 +7,8 @@ pipeline's assets, and says what each target's bundle will be made of.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,7 +70,7 @@ from deployc.plan.resolve import (
 )
 from deployc.plan.toolchain import Toolchain
 from deployc.targets.backends import BACKENDS
-from deployc.targets.profile import DEFAULT_EMULATED_CPU, Budgets, Unit
+from deployc.targets.profile import DEFAULT_EMULATED_CPU, Budgets, Device, Unit
 
 # A decoder judged on held-out text: its logits' cosine and SQNR at seeded token ids are reported, and
 # judged only where the manifest sets a tolerance for them (a quantized decoder that keeps its perplexity
@@ -495,6 +497,21 @@ def _token_length(unit: UnitPlan) -> tuple[int, bool]:
     return min(d.max for d in symbolic), all(d.min == d.max for d in symbolic)
 
 
+# The program an index with `embed_with: reference` is embedded by: the same model, fp32, on this host's
+# XNNPACK (a fast program of the same weights), never shipped.
+HOST_REFERENCE = Unit(name="host_reference", backend="xnnpack", quantization=["fp32"],
+                      device=Device(soc="x86-64", os="linux", abi="x86_64", name="the build host"))
+
+
+def reference_unit(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+    """The host reference program of a model on a target: its dims (a static NPU length stays static, so
+    chunks are padded alike), fp32 and its tolerances, XNNPACK; verified against eager like any program."""
+    candidate = dataclasses.replace(r.with_scheme("fp32"), npu=None)
+    recipe = BACKENDS["xnnpack"].recipe(candidate.quantization)
+    assert recipe is not None  # xnnpack builds fp32
+    return _planned_on(project, candidate, HOST_REFERENCE, recipe, toolchain, inputs)
+
+
 def embedder_key(u: UnitPlan) -> str:
     """What decides which program embeds an index: the unit's program, or, where the build may take
     another (a choice of schemes, fallback units), every program it may take and the rule."""
@@ -505,8 +522,10 @@ def embedder_key(u: UnitPlan) -> str:
                     g.choice.model_dump(mode="json") if g.choice else None] for g in groups])
 
 
-def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[Any]:
-    """The pipeline's tokenizer files and vector indexes for one target."""
+def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs,
+            reference: Callable[[str], UnitPlan]) -> list[Any]:
+    """The pipeline's tokenizer files and vector indexes for one target; `reference(model)`: the host
+    reference program of a model (an index with `embed_with: reference`)."""
     pipeline = project.manifest.pipeline
     if pipeline is None:
         return []
@@ -539,6 +558,8 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs) -> list[An
                 tokenizer=ix.tokenizer, tokenizer_sha256=shas[ix.tokenizer], max_tokens=max_tokens,
                 pad_to=max_tokens if static else None, words=ix.chunking.words, overlap=ix.chunking.overlap,
                 corpus=corpus)
+        if ix.embed_with == "reference":
+            plan = plan.model_copy(update={"reference": reference(ix.model), "agreement": ix.agreement})
         out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
                                                                          exclude={"key", "name", "file"}))}))
     return out
@@ -577,8 +598,10 @@ def _bundle(project: Project, target: str, profile: str, device: dict[str, str],
         if isinstance(a, TokenizerAssetPlan):
             content[a.file] = a.sha256
         else:
-            index = key_of(a.model_dump(mode="json", exclude={"key", "name", "file", "program_key"}),
-                           by_model[a.model])
+            # A host reference program's content, not its keys (they fold tool versions)
+            reference = program_content_key(a.reference) if a.reference is not None else None
+            index = key_of(a.model_dump(mode="json", exclude={"key", "name", "file", "program_key", "reference"}),
+                           by_model[a.model], reference)
             content[a.file] = content[layout.index_vectors_file(a.file)] = index
     described = [{"model": u.model, "unit": u.unit, "backend": u.backend, "quantization": u.quantization,
                   "threads": u.threads, "warmup": u.warmup, "steps": _content(u),
@@ -604,9 +627,11 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
     manifest_sha = inputs.add(project.path, "manifest", project.doc.sha256)
     problems: list[Diagnostic] = []
     by_target: dict[str, list[UnitPlan]] = {t: [] for t in m.targets if only_target in (None, t)}
+    resolved: dict[tuple[str, str], ResolvedModel] = {}
     for r in resolve(project):
         if r.target not in by_target:
             continue
+        resolved[(r.target, r.model)] = r
         try:
             by_target[r.target].append(_unit_plan(project, r, toolchain, inputs))
         except PlanError as exc:
@@ -628,7 +653,10 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
             inputs.add(f, "profile")
         p = loaded.profile
         device = p.device.model_dump(exclude_defaults=True)
-        assets = _assets(project, units, inputs)
+        def reference(model: str, target: str = t) -> UnitPlan:
+            return reference_unit(project, resolved[(target, model)], toolchain, inputs)
+
+        assets = _assets(project, units, inputs, reference)
         pipeline = pipeline_config(m, project.folder, {u.model: length for u in units
                                                        for length, static in [_token_length(u)] if static},
                                    {u.model: u.export.static.context for u in units if u.export.static})
