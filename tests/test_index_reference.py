@@ -57,7 +57,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Built:
     corpus = folder / "project" / "corpus"
     corpus.mkdir(parents=True)
     rng = random.Random(3)
-    words = "the of and a in to is was for on with as by at from it that this are be".split()
+    words = ["the", "of", "and", "a", "in", "to", "is", "was", "for", "on", "with", "as", "by", "at", "from"]
     for i, topic in enumerate(TOPICS):
         text = " ".join(f"{topic} {rng.choice(words)} {topic}s {rng.choice(TOPICS)}" for _ in range(12))
         (corpus / f"{i:02d}-{topic}.md").write_text(f"# {topic}\n\n{text}\n")
@@ -93,7 +93,7 @@ def test_a_sample_that_disagrees_fails_the_bundle_with_the_figures(indexed: Buil
     strict = indexed.manifest.read_text().replace("agreement: {sample: 16}", "agreement: {sample: 16, max_score_diff: 0.0}")
     manifest = indexed.manifest.with_name("strict.yaml")
     manifest.write_text(strict)
-    result, report = build_json(manifest, tmp_path / "out", indexed.cache, "--no-emulate")
+    result, _ = build_json(manifest, tmp_path / "out", indexed.cache, "--no-emulate")
     assert result.code == 1
     assert "index docs on arduino_q: the host reference program's vectors do not stand in for the target's: " \
            "score difference " in result.err and "> 0.0" in result.err
