@@ -70,8 +70,8 @@ def test_a_plan_made_with_other_tools_is_refused(tiny: Path, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("text,problem", [
     ("{", "not a deployc plan (invalid JSON: Expecting property name enclosed in double quotes)"),
-    ('{"schema_version": 1}', "plan schema version 1; this deployc applies version 2"),
-    ('{"schema_version": 2, "targets": []}', "not a valid deployc plan: manifest: Field required"),
+    ('{"schema_version": 1}', "plan schema version 1; this deployc applies version 3"),
+    ('{"schema_version": 3, "targets": []}', "not a valid deployc plan: manifest: Field required"),
 ])
 def test_a_broken_plan_file_is_a_located_error(tmp_path: Path, text: str, problem: str, cli) -> None:
     bad = tmp_path / "bad.json"
