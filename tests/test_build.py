@@ -68,7 +68,8 @@ def test_fp32_matches_eager_at_min_mid_max(suite: Built) -> None:
     assert v["metrics"]["min_cosine"] > 0.99999 and v["metrics"]["min_sqnr_db"] > 100
     assert v["metrics"]["max_abs"] < 1e-5
     assert v["tolerance"] == {"min_cosine": 0.9999, "min_sqnr_db": 60.0, "max_abs": None, "tokens": 0,
-                              "max_perplexity_ratio": None, "max_kl": None, "min_top1": None}
+                              "max_perplexity_ratio": None, "max_kl": None, "min_top1": None,
+                              "min_topk_overlap": None}
     assert v["tokens"] is None  # not a text-generation program
 
 

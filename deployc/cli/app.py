@@ -307,6 +307,7 @@ def report(
     out: Annotated[Path, typer.Option("--out", help="the HTML file to write")] = Path("report.html"),
     with_profile: Annotated[bool, typer.Option(
         "--profile", help="also run every program here with ETDump and chart its time per operator")] = False,
+    runs: Annotated[int, typer.Option("--runs", min=1, max=10_000, help="with --profile: timed calls")] = 20,
 ) -> None:
     """Write a bundle's report as one self-contained HTML file (tables and inline SVG charts, no network)."""
     import tempfile
@@ -329,7 +330,7 @@ def report(
             if with_profile:
                 from deployc.runtime.profiler import profile_bundle
 
-                profiles = profile_bundle(folder, None, 20, None)
+                profiles = profile_bundle(folder, None, runs, None)
             section = section_from_bundle(folder, profiles)
             section.bundle = f"bundle {bundle}"
         import json
