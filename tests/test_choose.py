@@ -70,8 +70,12 @@ def test_no_candidate_passing_fails_the_unit_naming_each(chosen: Built, tmp_path
         "min_cosine: 0.999", "min_cosine: 0.9999")
     manifest = chosen.manifest.with_name("strict.yaml")
     manifest.write_text(text)
-    result, report = build_json(manifest, tmp_path / "out", chosen.cache, "--no-emulate")
+    page = tmp_path / "report.html"
+    result, report = build_json(manifest, tmp_path / "out", chosen.cache, "--no-emulate", "--report", str(page))
     assert result.code == 1 and "building" not in result.err
+    # The HTML report of a failed build says why there is no bundle, and what failed.
+    assert "no bundle: 1 unit(s) failed: small" in page.read_text()
+    assert "at choose: small on arduino_q/cpu: no candidate scheme met every tolerance" in page.read_text()
     u = next(u for u in report["units"] if u["model"] == "small")
     assert u["status"] == "failed" and u["failure"]["step"] == "choose"
     assert "no candidate scheme met every tolerance: 8da4w: verification against eager PyTorch missed: cosine" in (
