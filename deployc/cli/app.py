@@ -6,6 +6,8 @@ import errno
 import os
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -290,6 +292,25 @@ def inspect(path: Path, json_out: JsonOpt = False,
                          "build verified")
 
 
+@contextmanager
+def _checked_bundle(bundle: Path, refusal: str) -> Iterator[Path]:
+    """A bundle directory or archive opened (an archive unpacked into a scratch folder, removed after) and
+    checked against its lock: a bundle that differs is refused (`refusal` says what is not done)."""
+    import tempfile
+
+    from deployc.core.errors import BuildError
+    from deployc.packaging.inspection import check_bundle, open_bundle
+
+    if not bundle.exists():
+        raise UserError.at(bundle, "no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="deployc-bundle-") as scratch_dir:
+        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
+        check = check_bundle(folder)
+        if not check.ok:
+            raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; {refusal}")
+        yield folder
+
+
 HOST_NOTE = ("Latencies and operator times are this machine's (an NPU program's: the HTP emulator on x86), "
              "not the device's; sizes, memory and accuracy are the programs'.")
 
@@ -310,21 +331,11 @@ def report(
     runs: Annotated[int, typer.Option("--runs", min=1, max=10_000, help="with --profile: timed calls")] = 20,
 ) -> None:
     """Write a bundle's report as one self-contained HTML file (tables and inline SVG charts, no network)."""
-    import tempfile
-
-    from deployc.core.errors import BuildError
     from deployc.core.library_output import captured
-    from deployc.packaging.inspection import check_bundle, open_bundle
     from deployc.packaging.report_source import section_from_bundle
 
     console = Console()
-    if not bundle.exists():
-        raise UserError.at(bundle, "no such file or directory")
-    with tempfile.TemporaryDirectory(prefix="deployc-report-") as scratch_dir:
-        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
-        check = check_bundle(folder)
-        if not check.ok:
-            raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; no report")
+    with _checked_bundle(bundle, "no report") as folder:
         with captured(_library_log("report"), f"deployc report {bundle}"):
             profiles = None
             if with_profile:
@@ -354,24 +365,16 @@ def profile(
 ) -> None:
     """Time per operator and per delegate call of a bundle's programs, from ExecuTorch's ETDump, on this host."""
     import json
-    import tempfile
 
     from deployc.core.atomic import write_atomic
     from deployc.core.errors import BuildError
     from deployc.core.library_output import captured
-    from deployc.packaging.inspection import check_bundle, open_bundle
     from deployc.runtime.profiler import chrome_trace, profile_bundle
 
     console = Console(json_mode=json_out)
-    if not bundle.exists():
-        raise UserError.at(bundle, "no such file or directory")
-    with tempfile.TemporaryDirectory(prefix="deployc-profile-") as scratch_dir:
-        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
-        check = check_bundle(folder)
-        if not check.ok:
-            raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; not profiled")
-        with captured(_library_log("profile"), f"deployc profile {bundle}"):
-            profiles = profile_bundle(folder, program, runs, etdump_dir)
+    with _checked_bundle(bundle, "not profiled") as folder, captured(_library_log("profile"),
+                                                                     f"deployc profile {bundle}"):
+        profiles = profile_bundle(folder, program, runs, etdump_dir)
     if program is not None and not profiles:
         raise UserError.at(bundle, f"--program {program}: no such program in the bundle")
     if trace is not None:
