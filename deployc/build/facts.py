@@ -14,6 +14,7 @@ from deployc.plan.build_plan import DimPlan
 FACTS_SCHEMA_VERSION = 1
 FACTS_FILE = "facts.json"
 PROGRAM_FILE = "program.pte"
+ETRECORD_FILE = "program.etrecord"  # ExecuTorch's debug record of a program (deployc build --etrecord)
 PROGRAM_DATA_FILE = "program.ptd"  # its external weights, when the plan keeps them outside the .pte
 
 

@@ -166,6 +166,16 @@ class BundleResult(Frozen):
     archive: str
 
 
+class EtrecordResult(Frozen):
+    """deployc build --etrecord: one shipped program's ETRecord."""
+
+    target: str
+    program: str
+    path: str | None = None  # DIR/<target>/<program>.etrecord
+    cached: bool = False  # recorded by an earlier build
+    reason: str = ""  # why there is none
+
+
 class BuildReport(Frozen):
     units: list[UnitResult]
     bundles: dict[str, BundleResult]  # profile -> where its bundle was written
@@ -173,6 +183,7 @@ class BuildReport(Frozen):
     releases: list[ReleaseStatus] = []  # what the plan expected of each release before building
     reproducible: bool | None = None  # --check-reproducible
     differences: list[str] | None = None
+    etrecords: list[EtrecordResult] | None = None  # --etrecord
 
     @property
     def failed(self) -> list[UnitResult]:
@@ -185,4 +196,6 @@ class BuildReport(Frozen):
             "bundles_not_written": self.bundles_not_written, "ok": not self.failed}
         if self.reproducible is not None:
             out.update({"reproducible": self.reproducible, "differences": self.differences})
+        if self.etrecords is not None:
+            out["etrecords"] = [e.model_dump(mode="json") for e in self.etrecords]
         return out

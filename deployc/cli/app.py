@@ -174,6 +174,9 @@ def build_cmd(
     verbose: VerboseOpt = False,
     html: Annotated[Path | None, typer.Option(
         "--report", help="also write the build's report as one self-contained HTML file here")] = None,
+    etrecord: Annotated[Path | None, typer.Option(
+        "--etrecord", help="also write each shipped program's ETRecord to DIR/<target>/<program>.etrecord "
+        "(for deployc profile and Model Explorer; lowers a program again the first time)")] = None,
 ) -> None:
     """Build, verify and package bundles (default out dir dist/): plan the manifest and apply the plan."""
     from deployc.apply.apply_plan import apply, check_inputs
@@ -215,6 +218,12 @@ def build_cmd(
         console.status("checking reproducibility: a second build in a fresh process with an empty cache")
         differences = rebuild_and_compare(what, report.bundles)
         report = report.model_copy(update={"reproducible": not differences, "differences": differences})
+    if etrecord is not None and report.bundles:
+        from deployc.build.etrecords import write_etrecords
+
+        with captured(_library_log("etrecord"), f"deployc build --etrecord {etrecord}"):
+            records = write_etrecords(build_plan, report, cache, etrecord, console.status)
+        report = report.model_copy(update={"etrecords": records})
     if html is not None:
         from deployc.packaging.report_source import sections_from_build
 
@@ -361,6 +370,12 @@ def profile(
     trace: Annotated[Path | None, typer.Option("--trace", help="also write a Chrome trace (JSON) here")] = None,
     etdump_dir: Annotated[Path | None, typer.Option(
         "--etdump-dir", help="keep each program's ETDump here (<program>.etdp)")] = None,
+    etrecord_dir: Annotated[Path | None, typer.Option(
+        "--etrecord-dir", help="read programs' ETRecords from here (deployc build --etrecord DIR: DIR/<target>) "
+        "to name the modules operators ran for")] = None,
+    runner: Annotated[Path | None, typer.Option(
+        "--runner", help="run the programs with this deployc-runner (deployc native build: "
+        "native/build/deployc-runner) and its --etdump instead of the Python runtime")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Time per operator and per delegate call of a bundle's programs, from ExecuTorch's ETDump, on this host."""
@@ -372,9 +387,11 @@ def profile(
     from deployc.runtime.profiler import chrome_trace, profile_bundle
 
     console = Console(json_mode=json_out)
+    if runner is not None and not os.access(runner, os.X_OK):
+        raise UserError.at(runner, "--runner: not an executable (build it with `deployc native build`)")
     with _checked_bundle(bundle, "not profiled") as folder, captured(_library_log("profile"),
                                                                      f"deployc profile {bundle}"):
-        profiles = profile_bundle(folder, program, runs, etdump_dir)
+        profiles = profile_bundle(folder, program, runs, etdump_dir, etrecord_dir, runner)
     if program is not None and not profiles:
         raise UserError.at(bundle, f"--program {program}: no such program in the bundle")
     if trace is not None:

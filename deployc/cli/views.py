@@ -234,6 +234,10 @@ def render_build(console: Console, report: BuildReport) -> None:
         console.result("reproducible: byte-identical" if report.reproducible else "NOT reproducible:")
         for line in report.differences:
             console.result(f"  {line}")
+    for e in report.etrecords or []:
+        how = " (cached)" if e.cached else ""
+        console.result(f"etrecord {e.target}/{e.program}: {e.path}{how}" if e.path
+                       else f"no etrecord for {e.target}/{e.program}: {e.reason}")
 
 
 def _render_candidates(console: Console, report: BuildReport) -> None:
@@ -268,13 +272,21 @@ def render_profiling(console: Console, profiles: list[ProgramProfile], trace: Pa
         dims = ", ".join(f"{k}={v}" for k, v in p.dims.items()) or "static"
         console.result(f"{p.program} ({p.backend}): {p.method} {p.call_ms:.3f} ms a call (median of {p.runs}, "
                        f"{dims}) on {p.ran_on}")
-        table = Table("operator / delegate call", "kind", "calls", "ms a call", "share")
+        sourced = any(o.source for o in p.operators)
+        table = Table("operator / delegate call", "kind", "calls", "ms a call", "share",
+                      *(["module"] if sourced else []))
         for o in p.operators:
-            table.add_row(o.name, o.kind, str(o.calls), f"{o.median_ms:.4f}", f"{o.share:.1%}")
+            table.add_row(o.name, o.kind, str(o.calls), f"{o.median_ms:.4f}", f"{o.share:.1%}",
+                          *([", ".join(o.source[:3]) + (" ..." if len(o.source) > 3 else "")] if sourced else []))
         console.table(table)
         console.result("  (a delegate op's time is part of its delegate call's; operators run outside delegates)")
+        if p.etrecord_note:
+            console.result(f"  ETRecord: {p.etrecord or '-'}: {p.etrecord_note}")
         if p.etdump:
             console.result(f"  ETDump: {p.etdump}")
+        if p.etdump and p.etrecord:
+            console.result("  Model Explorer (docs/report.md): model-explorer --extensions=etrecord_adapter_model_"
+                           f"explorer,etdump_data_provider_model_explorer {p.etrecord}  (ETDump overlay: {p.etdump})")
     if trace is not None:
         console.result(f"Chrome trace: {trace} (open in chrome://tracing or ui.perfetto.dev)")
 
@@ -325,17 +337,24 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
     for problem in info["problems"]:
         console.result(f"  {problem}")
     if "self_test" in info:
-        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text", "tolerance", "why")
+        from deployc.build.facts import TaskMetrics
+
+        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text / task samples",
+                      "tolerance", "why")
         for r in info["self_test"]:
-            s, t = r["summary"], r.get("text")
+            s, t, task = r["summary"], r.get("text"), r.get("task")
             tolerance = f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB"
             if r.get("max_perplexity_ratio"):
                 tolerance += (f", ppl <= {r['max_perplexity_ratio']}x, KL <= {r['max_kl']}, "
                               f"top-1 >= {r['min_top1']:.0%}")
+            elif task:
+                tolerance += (f", top-1 >= {r['min_top1']:.0%}" if task.get("top1") is not None
+                              else f", overlap >= {r['min_topk_overlap']:.0%}")
+            figures = (text_figures(t["perplexity"], t["reference_perplexity"], t["kl"], t["top1"]) if t
+                       else task_figures(TaskMetrics.model_validate(task)) if task else "-")
             table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
                           f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
-                          text_figures(t["perplexity"], t["reference_perplexity"], t["kl"], t["top1"]) if t else "-",
-                          tolerance, r["reason"] or "-")
+                          figures, tolerance, r["reason"] or "-")
         console.table(table)
 
 

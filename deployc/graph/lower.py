@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,10 +65,12 @@ def drop_unused_constants(program: torch.export.ExportedProgram) -> list[str]:
 
 
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
-                  recipe: Recipe, external_weights: bool = False) -> tuple[dict[str, Any], Any, Any]:
+                  recipe: Recipe, external_weights: bool = False,
+                  etrecord: Path | None = None) -> tuple[dict[str, Any], Any, Any]:
     """(facts about the partitioned graphs, executorch program manager, the lowered forward as a
     PyTorch module when the backend verifies on its reference kernels, else None) for one program of
-    1+ methods. With external_weights, the manager's tensor data holds one file, weights.ptd."""
+    1+ methods. With external_weights, the manager's tensor data holds one file, weights.ptd. With
+    etrecord, also ExecuTorch's ETRecord of the program there (debug handles -> graph nodes)."""
     from executorch.exir import ExecutorchBackendConfig
 
     backend = BACKENDS[step.backend]
@@ -79,11 +83,17 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
             drop_unused_constants(edge.exported_program(method))
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place
         reference = edge.exported_program("forward").module() if backend.host_reference else None
+        # to_executorch rewrites the edge graphs in place; the ETRecord needs them as lowered.
+        recorded = copy.deepcopy(edge) if etrecord is not None else None
         # Quantized embedding tables export as dequantize + embedding; the fusion pass turns them into
         # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).
         fusion = {"do_quant_fusion_and_const_prop": True} if recipe.embedding_bits else {}
         external = {"external_constants": lambda _node: WEIGHTS_TAG} if external_weights else {}
         program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion, **external))
+        if etrecord is not None:
+            from executorch.devtools import generate_etrecord
+
+            generate_etrecord(str(etrecord), recorded, program, exported_program=programs)
     except BuildError:
         raise
     except Exception as exc:

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from deployc.build.cache import open_cache
 from deployc.build.facts import (
+    ETRECORD_FILE,
     FACTS_FILE,
     PROGRAM_DATA_FILE,
     PROGRAM_FILE,
@@ -94,6 +95,16 @@ def build_program(job: WorkerJob) -> WorkerResult:
     return WorkerResult(key=key, status="built", warning=warning)
 
 
+def record(unit: UnitPlan, folder: Path, staging: Path) -> None:
+    """Build `unit`'s program again into `staging` with its ETRecord (program.etrecord), unverified: the
+    caller compares the program's bytes with the cached program's, so that the ETRecord provably
+    describes the program a bundle ships."""
+    from deployc.targets.backends import BACKENDS
+
+    BACKENDS[unit.backend].activate()
+    _build_steps(unit, folder, staging, lambda _step: None, None, None, staging / ETRECORD_FILE)
+
+
 def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None], log: IO[str] | None) -> ProgramFacts:
     from deployc.graph.verify import start_verifier
     from deployc.targets.backends import BACKENDS
@@ -138,7 +149,9 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
-                 verifier: subprocess.Popen[str] | None, log: IO[str] | None) -> ProgramFacts:
+                 verifier: subprocess.Popen[str] | None, log: IO[str] | None,
+                 etrecord: Path | None = None) -> ProgramFacts:
+    """etrecord: also write the program's ETRecord there (deployc build --etrecord)."""
     import torch
 
     from deployc.build.facts import Measurement
@@ -209,7 +222,10 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
             texts.append((list(range(len(checks), len(checks) + len(calls))), targets))
             checks += calls
             references += refs
-    self_test_positions = self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows)
+    samples = ((task.data.measure_spec(), [(*checks[i], references[i]) for i in task.checks])
+               if task is not None else None)
+    self_test_positions = self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows,
+                                                  samples)
     lap("load")
     outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
                for name, _, _ in signatures}
@@ -217,12 +233,14 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                                                for i in inputs], outputs=outputs[name])
                        for name, _, inputs in signatures}
     if backend.format == "tflite":
+        if etrecord is not None:
+            raise BuildError("an ETRecord is ExecuTorch's; a LiteRT program has none")
         return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
                                log, durations, signature_facts, (sequences, texts, self_test_positions), task)
 
     if export.static is not None:
         return _build_static(unit, model, checks, references, staging, at, lap, verifier, log, durations,
-                             signature_facts, (sequences, texts, self_test_positions))
+                             signature_facts, (sequences, texts, self_test_positions), etrecord)
 
     at("quantize" if recipe.method == "torchao" else "export")
     if recipe.method == "torchao":
@@ -252,7 +270,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     at("lower")
     external = unit.serialize.external_weights
-    graph, program, reference = lower_program(programs, lower, recipe, external)
+    graph, program, reference = lower_program(programs, lower, recipe, external, etrecord)
     methods = method_facts(program.executorch_program)
     lap("lower")
     at("serialize")
@@ -311,7 +329,8 @@ def _task_checks(unit: UnitPlan, model: Any, folder: Path, checks: list[Any], re
 def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: list[Any], staging: Path,
                   at: Callable[[str], None], lap: Callable[[str], None], verifier: subprocess.Popen[str] | None,
                   log: IO[str] | None, durations: dict[str, float], signatures: dict[str, Signature],
-                  judged: tuple[list[list[int]], list[tuple[list[int], list[int]]], int]) -> ProgramFacts:
+                  judged: tuple[list[list[int]], list[tuple[list[int], list[int]]], int],
+                  etrecord: Path | None = None) -> ProgramFacts:
     """A decoder in the static form (graph/static_decoder.py): its prefill and decode methods exported,
     quantized on text read through the driver, lowered; verified through the driver against the
     cached decoder's `forward` calls, like any decoder program."""
@@ -340,7 +359,7 @@ def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: lis
                                               _exporter(example_inputs(static.decoder, shapes.context, chunk)))
         lap("quantize")
     at("lower")
-    graph, program, _ = lower_program(programs, lower, recipe)
+    graph, program, _ = lower_program(programs, lower, recipe, etrecord=etrecord)
     methods = method_facts(program.executorch_program)
     lap("lower")
     at("serialize")

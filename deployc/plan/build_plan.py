@@ -156,6 +156,10 @@ class TaskData(Frozen):
     measure: Literal["top1", "topk"]  # a classifier's top class; an embedder's nearest neighbours
     topk: int = 5
 
+    def measure_spec(self) -> dict[str, Any]:
+        """How the self-test vectors say the samples are measured."""
+        return {"measure": self.measure, "k": self.topk} if self.measure == "topk" else {"measure": self.measure}
+
 
 class Verify(Frozen):
     step: Literal["verify"] = "verify"

@@ -33,6 +33,7 @@ class OperatorTime(Frozen):
     calls: int  # per call of the method
     median_ms: float  # its time in one call of the method (all its calls), median over the timed calls
     share: float  # of the method call's median wall time
+    source: list[str] = []  # with an ETRecord: the model's modules it ran for (operators outside delegates)
 
 
 class TraceEvent(Frozen):
@@ -55,16 +56,21 @@ class ProgramProfile(Frozen):
     call_ms: float | None = None  # median wall time of one call of the method
     operators: list[OperatorTime] = []
     etdump: str | None = None  # the ETDump file kept (--etdump-dir)
+    etrecord: str | None = None  # the program's ETRecord it was read with (--etrecord-dir)
+    etrecord_note: str = ""  # how the ETDump's events mapped onto the ETRecord's graph, or why none was used
     trace: list[TraceEvent] = []
 
 
-def _ran_on(backend: str) -> str:
+def _ran_on(backend: str, runner: Path | None) -> str:
+    by = " through deployc-runner (C++)" if runner else ""
     if backend == "qnn":
-        return "the QNN HTP emulator on this x86 host (host numbers, not a phone's)"
-    return "this x86 host's ExecuTorch runtime (host numbers, not the device's)"
+        return f"the QNN HTP emulator on this x86 host{by} (host numbers, not a phone's)"
+    return f"this x86 host's ExecuTorch runtime{by} (host numbers, not the device's)"
 
 
-def profile_bundle(folder: Path, program: str | None, runs: int, etdump_dir: Path | None) -> list[ProgramProfile]:
+def profile_bundle(folder: Path, program: str | None, runs: int, etdump_dir: Path | None,
+                   etrecord_dir: Path | None = None, runner: Path | None = None) -> list[ProgramProfile]:
+    """runner: a deployc-runner (deployc native build) runs the programs instead of the Python runtime."""
     config = json.loads((folder / RUNTIME_JSON).read_text())
     vectors = {a["name"]: a["file"] for a in config.get("assets", []) if a["kind"] == "self_test"}
     programs = [p for p in config["programs"] if program is None or p["name"] == program]
@@ -80,13 +86,31 @@ def profile_bundle(folder: Path, program: str | None, runs: int, etdump_dir: Pat
             out.append(base.model_copy(update={"reason": f"not run on this host: {why}"}))
         elif file is None:
             out.append(base.model_copy(update={"reason": "no self-test vectors in the bundle to run it on"}))
+        elif runner is not None and p.get("static_decoder"):
+            why = ("deployc-runner --etdump runs one method; a static decoder's forward is its driver's "
+                   "(profile it without --runner)")
+            out.append(base.model_copy(update={"reason": why}))
         else:
-            out.append(_profile(folder, p, folder / file, runs, etdump_dir, base))
+            record = _etrecord(etrecord_dir, p) if etrecord_dir is not None else None
+            out.append(_profile(folder, p, folder / file, runs, etdump_dir, base, record, runner))
     return out
 
 
+def _etrecord(directory: Path, p: dict[str, Any]) -> Path | str:
+    """The program's ETRecord in `directory` (deployc build --etrecord DIR/<target>), or why not."""
+    record = directory / f"{p['name']}.etrecord"
+    about = record.with_name(record.name + ".json")
+    if not record.is_file() or not about.is_file():
+        return f"no {record.name} (and its .json) in {directory}"
+    made_for = json.loads(about.read_text()).get("program_sha256")
+    if made_for != p["sha256"]:
+        return (f"{record} was recorded for another program (sha256 {str(made_for)[:12]}, this bundle's "
+                f"{p['sha256'][:12]}): not used")
+    return record
+
+
 def _profile(folder: Path, p: dict[str, Any], vectors: Path, runs: int, etdump_dir: Path | None,
-             base: ProgramProfile) -> ProgramProfile:
+             base: ProgramProfile, record: Path | str | None, runner: Path | None) -> ProgramProfile:
     cases = self_test_vectors.read(vectors)
     forward = [i for i, c in enumerate(cases) if c["method"] == "forward" and "target" not in c]
     if not forward:
@@ -99,6 +123,11 @@ def _profile(folder: Path, p: dict[str, Any], vectors: Path, runs: int, etdump_d
         env = {**os.environ, **BACKENDS[p["backend"]].child_env()}
         cmd = [sys.executable, "-m", profile_worker.__name__, str(folder / p["file"]), data, str(vectors), str(case),
                "forward", str(runs), str(etdump)]
+        warmups = 1  # the worker's warm-up call
+        if runner is not None:
+            cmd = [str(runner), str(folder), "--program", p["name"], "--repeat", str(runs + 1), "--etdump", str(etdump),
+                   *_npy_inputs(cases[case], Path(tmp))]
+            warmups = 1 + int(p.get("warmup", 0))  # and the calls the runner makes when it loads the program
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=PROFILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -108,12 +137,22 @@ def _profile(folder: Path, p: dict[str, Any], vectors: Path, runs: int, etdump_d
             from deployc.graph.verify import crash_reason
 
             return base.model_copy(update={"status": "failed", "reason": crash_reason(proc.stderr, proc.returncode)})
-        calls = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("call ")]
-        operators, trace = summarize_etdump(etdump.read_bytes(), p["backend"], statistics.median(calls[1:]))
+        # The worker times each call; the runner's median includes its first call, so there the ETDump's own
+        # Method::execute spans give the call's time.
+        timed = [float(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("call ")][1:]
+        operators, trace, call_ms = summarize_etdump(etdump.read_bytes(), p["backend"],
+                                                     statistics.median(timed) if timed else None, warmups)
         etdump.with_name(etdump.name + ".debug").unlink(missing_ok=True)
-    return base.model_copy(update={
-        "status": "profiled", "ran_on": _ran_on(p["backend"]), "runs": runs, "dims": cases[case]["dims"],
-        "call_ms": round(statistics.median(calls[1:]), 4), "operators": operators, "trace": trace,
+        recorded: dict[str, Any] = {}
+        if isinstance(record, Path):
+            sources, note = graph_sources(etdump, record)
+            operators = [o.model_copy(update={"source": sources.get(o.name, [])}) for o in operators]
+            recorded = {"etrecord": str(record), "etrecord_note": note}
+        elif record is not None:
+            recorded = {"etrecord_note": record}
+    return base.model_copy(update={**recorded,
+        "status": "profiled", "ran_on": _ran_on(p["backend"], runner), "runs": runs, "dims": cases[case]["dims"],
+        "call_ms": round(call_ms, 4), "operators": operators, "trace": trace,
         "etdump": str(etdump) if etdump_dir else None})
 
 
@@ -136,14 +175,20 @@ def _events(run: Any, backend: str) -> list[tuple[str, str, int, int]]:
     return out
 
 
-def summarize_etdump(blob: bytes, backend: str, call_ms: float) -> tuple[list[OperatorTime], list[TraceEvent]]:
+def summarize_etdump(blob: bytes, backend: str, call_ms: float | None, warmups: int = 1
+                     ) -> tuple[list[OperatorTime], list[TraceEvent], float]:
     """Per operator / delegate call: calls per method call, median time per method call, share of the
-    call's wall time; and the timed calls' events for a trace. The first method call (warm-up) is left out."""
+    call's wall time (`call_ms`; None: the median of the ETDump's Method::execute spans); the timed calls'
+    events for a trace; the call time used. The first `warmups` method calls are left out."""
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
     dump = deserialize_from_etdump_flatcc(blob)
     executed = [r for r in dump.run_data if r.name == "Execute"]  # one block per method call; "Default": loading
-    timed = [_events(r, backend) for r in executed[1:]]
+    if call_ms is None:
+        spans = [(e.profile_event.end_time - e.profile_event.start_time) / 1e6 for r in executed[warmups:]
+                 for e in r.events or [] if e.profile_event and e.profile_event.name == "Method::execute"]
+        call_ms = statistics.median(spans) if spans else 0.0
+    timed = [_events(r, backend) for r in executed[warmups:]]
     totals: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], list[int]] = {}
     for events in timed:
@@ -165,7 +210,46 @@ def summarize_etdump(blob: bytes, backend: str, call_ms: float) -> tuple[list[Op
     origin = min((start for events in timed for _, _, start, _ in events), default=0)
     trace = [TraceEvent(name=name, kind=kind, call=i, start_us=(start - origin) / 1e3, duration_us=duration / 1e3)
              for i, events in enumerate(timed) for name, kind, start, duration in events]
-    return operators, trace
+    return operators, trace, call_ms
+
+
+def graph_sources(etdump: Path, etrecord: Path) -> tuple[dict[str, list[str]], str]:
+    """ExecuTorch's Inspector reads the pair (what Model Explorer's ETDump overlay does): for each kernel
+    outside delegates, the model's modules it ran for; and how many timed events map onto graph nodes."""
+    from executorch.devtools import Inspector
+
+    inspector = Inspector(etdump_path=str(etdump), etrecord=str(etrecord))
+    sources: dict[str, set[str]] = {}
+    mapped = total = 0
+    for block in inspector.event_blocks:
+        if block.name != "Execute":
+            continue
+        for event in block.events:
+            if event.name in ("Method::execute", "OPERATOR_CALL"):
+                continue
+            total += 1
+            if event.op_types:
+                mapped += 1
+            if event.name.startswith("native_call_"):
+                for hierarchy in (event.module_hierarchy or {}).values():
+                    path = max((where for where, _ in hierarchy.values()), key=len, default="")
+                    sources.setdefault(event.name.removeprefix("native_call_"), set()).add(path or "(model)")
+    note = (f"{mapped} of {total} events map onto the ETRecord's graph" if total else "no events to map")
+    if mapped < total:
+        note += " (a delegate's own operators are named by the delegate, not by graph node)"
+    return {name: sorted(paths) for name, paths in sources.items()}, note
+
+
+def _npy_inputs(case: dict[str, Any], folder: Path) -> list[str]:
+    """--input arguments for deployc-runner: the case's inputs as .npy files."""
+    import numpy as np
+
+    args = []
+    for i, t in enumerate(case["inputs"]):
+        path = folder / f"input_{i}.npy"
+        np.save(path, self_test_vectors.decode_tensor(t))
+        args += ["--input", str(path)]
+    return args
 
 
 def chrome_trace(profiles: list[ProgramProfile]) -> dict[str, Any]:

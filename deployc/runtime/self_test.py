@@ -9,12 +9,20 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, Summary, TextMetrics
+from deployc.build.facts import PointMetrics, Summary, TaskMetrics, TextMetrics
 from deployc.core import self_test_vectors
 from deployc.core.errors import RunError
 from deployc.core.layout import RUNTIME_JSON
 from deployc.core.records import Frozen
-from deployc.graph.metrics import compare, judge, judge_text, summarize, text_metrics
+from deployc.graph.metrics import (
+    compare,
+    judge,
+    judge_task,
+    judge_text,
+    summarize,
+    task_metrics,
+    text_metrics,
+)
 from deployc.targets.backends import BACKENDS
 
 
@@ -26,11 +34,13 @@ class SelfTestResult(Frozen):
     cases: int = 0
     summary: Summary | None = None
     text: TextMetrics | None = None  # a decoder's held-out text cases (those with a `target`)
+    task: TaskMetrics | None = None  # the manifest's task samples (cases with a `task`)
     min_cosine: float = 0.0  # the tolerances applied
     min_sqnr_db: float = 0.0
     max_perplexity_ratio: float = 0.0  # 0: no text tolerance
     max_kl: float = 0.0
-    min_top1: float = 0.0
+    min_top1: float = 0.0  # a decoder's on held-out text, or a classifier's on its task samples
+    min_topk_overlap: float = 0.0  # an embedder's on its task samples
 
 
 def run_self_test(folder: Path) -> list[SelfTestResult]:
@@ -46,7 +56,8 @@ def run_self_test(folder: Path) -> list[SelfTestResult]:
                               min_cosine=v.get("tolerance_min_cosine", 0.0),
                               min_sqnr_db=v.get("tolerance_min_sqnr_db", 0.0),
                               max_perplexity_ratio=v.get("tolerance_max_perplexity_ratio", 0.0),
-                              max_kl=v.get("tolerance_max_kl", 0.0), min_top1=v.get("tolerance_min_top1", 0.0))
+                              max_kl=v.get("tolerance_max_kl", 0.0), min_top1=v.get("tolerance_min_top1", 0.0),
+                              min_topk_overlap=v.get("tolerance_min_topk_overlap", 0.0))
         file = vectors.get(f"{p['name']}.self_test")
         here = BACKENDS[p["backend"]].runs_here(os.environ) if p["backend"] in BACKENDS else None
         if file is None:
@@ -62,6 +73,8 @@ def run_self_test(folder: Path) -> list[SelfTestResult]:
 def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> SelfTestResult:
     points = []
     positions = []  # held-out text: (eager logits, the program's, the next token)
+    samples: list[tuple[Any, Any]] = []  # task samples: (eager's first output, the program's)
+    measure: dict[str, Any] = {}
     for case in cases:
         inputs = [self_test_vectors.decode_tensor(t) for t in case["inputs"]]
         try:
@@ -75,6 +88,10 @@ def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> Se
         if "target" in case:
             positions.append((expected[0], outputs[0], int(case["target"])))
             continue
+        if "task" in case:
+            measure = case["task"]
+            samples.append((expected[0], outputs[0]))
+            continue
         points.append(PointMetrics(method=case["method"], dims=case["dims"],
                                    outputs=[compare(e, o) for e, o in zip(expected, outputs)]))
     summary = summarize(points)
@@ -87,8 +104,17 @@ def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> Se
             missed.append(str(exc))
         if text is not None and base.max_perplexity_ratio:
             missed += judge_text(text, base.max_perplexity_ratio, base.max_kl, base.min_top1)
+    task = None
+    if samples:
+        try:
+            task = task_metrics("self-test", measure["measure"], int(measure.get("k", 0)),
+                                [e for e, _ in samples], [o for _, o in samples])
+        except ValueError as exc:
+            missed.append(str(exc))
+        if task is not None:
+            missed += judge_task(task, base.min_top1 or None, base.min_topk_overlap or None)
     return base.model_copy(update={"status": "failed" if missed else "passed", "reason": "; ".join(missed),
-                                   "cases": len(cases), "summary": summary, "text": text})
+                                   "cases": len(cases), "summary": summary, "text": text, "task": task})
 
 
 def run_self_test_arm64(folder: Path, runner: Any, cpu: str) -> list[SelfTestResult]:
@@ -109,7 +135,8 @@ def run_self_test_arm64(folder: Path, runner: Any, cpu: str) -> list[SelfTestRes
             if "min_cosine" in row else None,
             text=TextMetrics(file="self-test", positions=t["positions"], perplexity=t["perplexity"],
                              reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"]) if t else None,
+            task=TaskMetrics.model_validate({"file": "self-test", **row["task"]}) if row.get("task") else None,
             min_cosine=row["tolerance_min_cosine"], min_sqnr_db=row["tolerance_min_sqnr_db"],
             max_perplexity_ratio=v.get("tolerance_max_perplexity_ratio", 0.0), max_kl=v.get("tolerance_max_kl", 0.0),
-            min_top1=v.get("tolerance_min_top1", 0.0)))
+            min_top1=v.get("tolerance_min_top1", 0.0), min_topk_overlap=v.get("tolerance_min_topk_overlap", 0.0)))
     return results

@@ -1,5 +1,6 @@
 #include "bundle.h"
 
+#include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
@@ -178,6 +179,25 @@ int Bundle::threads() const {
   return pool ? static_cast<int>(pool->get_thread_count()) : 1;
 }
 
+Failure Bundle::write_etdump(const std::string& program, const std::string& path) {
+  auto found = loaded_.find(program);
+  auto* gen = found == loaded_.end() ? nullptr
+                                     : static_cast<executorch::etdump::ETDumpGen*>(found->second->module->event_tracer());
+  if (!gen) return fail(2, program + ": not loaded with event tracing on; nothing to write to " + path);
+  executorch::etdump::ETDumpResult dump = gen->get_etdump_data();
+  if (!dump.buf || dump.size == 0) return fail(1, program + ": the event tracer recorded nothing");
+  std::string tmp = path + ".tmp";  // a reader never sees half a file
+  FILE* out = std::fopen(tmp.c_str(), "wb");
+  bool ok = out && std::fwrite(dump.buf, 1, dump.size, out) == dump.size;
+  if (out) ok = std::fclose(out) == 0 && ok;
+  std::free(dump.buf);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return fail(1, "cannot write the ETDump to " + path);
+  }
+  return {};
+}
+
 Failure Bundle::load(const std::string& program, const std::string& method, double* milliseconds) {
   const ProgramSpec* p = nullptr;
   for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
@@ -197,9 +217,12 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
       return f;
     }
     slot = std::make_unique<Loaded>();
+    std::unique_ptr<executorch::runtime::EventTracer> tracer;
+    if (trace_events_) tracer = std::make_unique<executorch::etdump::ETDumpGen>();
     slot->module = p->data_file.empty()
-                       ? std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap)
-                       : std::make_unique<Module>(dir_ + "/" + p->file, dir_ + "/" + p->data_file, Module::LoadMode::Mmap);
+                       ? std::make_unique<Module>(dir_ + "/" + p->file, Module::LoadMode::Mmap, std::move(tracer))
+                       : std::make_unique<Module>(dir_ + "/" + p->file, dir_ + "/" + p->data_file,
+                                                  Module::LoadMode::Mmap, std::move(tracer));
   }
   if (slot->planned.count(method)) return {};
   auto meta = slot->module->method_meta(method);

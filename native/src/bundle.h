@@ -39,12 +39,17 @@ class Bundle {
   int threads() const;
   // Loads a method, sizing its planned memory from the config; runs the declared warm-up.
   Failure load(const std::string& program, const std::string& method, double* milliseconds = nullptr);
+  // Programs loaded after this record ExecuTorch's profiling events (ETDump); write_etdump saves one
+  // program's events so far (every call since it loaded, the declared warm-up included) to `path`.
+  void trace_events() { trace_events_ = true; }
+  Failure write_etdump(const std::string& program, const std::string& path);
 
  private:
   struct Loaded;
   Bundle() = default;
   Failure check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<Array>& inputs) const;
   std::string dir_;
+  bool trace_events_ = false;
   RuntimeConfig config_;
   std::map<std::string, std::unique_ptr<Loaded>> loaded_;
   std::map<std::string, std::unique_ptr<StaticDecoding>> sessions_;  // per static decoder: its caches

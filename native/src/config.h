@@ -43,6 +43,9 @@ struct ProgramSpec {
   double tolerance_min_cosine = 0, tolerance_min_sqnr_db = 0;  // what the build verified against eager
   // A decoder on held-out text (0: no tolerance): perplexity over eager's, mean KL, top-1 agreement.
   double tolerance_max_perplexity_ratio = 0, tolerance_max_kl = 0, tolerance_min_top1 = 0;
+  // The task samples (verify.data): a classifier's top-1 agreement is judged by tolerance_min_top1, an
+  // embedder's top-k neighbour overlap by tolerance_min_topk_overlap.
+  double tolerance_min_topk_overlap = 0;
   std::vector<MethodSpec> methods;
   StaticDecoderSpec static_decoder;
   const MethodSpec* method(const std::string& n) const {

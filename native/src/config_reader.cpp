@@ -69,6 +69,7 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
         spec.tolerance_max_perplexity_ratio = p->verification()->tolerance_max_perplexity_ratio();
         spec.tolerance_max_kl = p->verification()->tolerance_max_kl();
         spec.tolerance_min_top1 = p->verification()->tolerance_min_top1();
+        spec.tolerance_min_topk_overlap = p->verification()->tolerance_min_topk_overlap();
       }
       if (const auto* d = p->static_decoder())
         spec.static_decoder = StaticDecoderSpec{str(d->prefill_method()), str(d->decode_method()), str(d->update()),

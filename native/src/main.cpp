@@ -3,6 +3,7 @@
 //   deployc-runner BUNDLE                                   verify the bundle, print what it holds
 //   deployc-runner BUNDLE --program NAME [--method M] --input A.npy [--input B.npy ...]
 //                         [--output-dir DIR] [--repeat N]   run one method, write output_<i>.npy
+//                         [--etdump FILE.etdp]             and save ExecuTorch's profiling events (ETDump)
 //   deployc-runner BUNDLE --pipeline --text INPUT=VALUE ... [--file INPUT=PATH ...] [--set STAGE.PORT=FILE.npy ...]
 //                         [--until STAGE] [--stream]        run the pipeline graph, print JSON (--file: an
 //                                                           image or audio input; inputs left out skip the
@@ -49,7 +50,7 @@ using namespace deployc;
 namespace {
 int usage() {
   std::cerr << "usage: deployc-runner BUNDLE [--program NAME [--method M] --input FILE.npy ... [--output-dir DIR] "
-               "[--repeat N]] [--pipeline [--text NAME=VALUE] [--file NAME=PATH] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
+               "[--repeat N] [--etdump FILE.etdp]] [--pipeline [--text NAME=VALUE] [--file NAME=PATH] [--set STAGE.PORT=FILE.npy] [--until STAGE] [--stream]] "
                "[--self-test] [--threads N] [--quick-check]\n       deployc-runner --op VECTOR.json\n       deployc-runner --measure PROGRAM.pte VECTORS.json [--data PROGRAM.ptd]\n       deployc-runner --tokenize TOKENIZER --strings FILE.json [--max-length N] "
                "[--no-special]\n";
   return 2;
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
   if (std::string(argv[1]) == "--preprocess") return preprocess(argc, argv);
   if (std::string(argv[1]) == "--op") return run_op(argc, argv);
   if (std::string(argv[1]) == "--measure") return measure(argc, argv);
-  std::string dir = argv[1], program, method = "forward", output_dir, until;
+  std::string dir = argv[1], program, method = "forward", output_dir, until, etdump;
   std::vector<std::string> input_files;
   std::map<std::string, Array> sets;
   std::map<std::string, std::string> texts;
@@ -226,6 +227,7 @@ int main(int argc, char** argv) {
     else if (a == "--input") input_files.push_back(next());
     else if (a == "--output-dir") output_dir = next();
     else if (a == "--repeat") repeat = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--etdump") etdump = next();
     else if (a == "--pipeline") pipeline = true;
     else if (a == "--until") until = next();
     else if (a == "--stream") stream = true;
@@ -257,6 +259,11 @@ int main(int argc, char** argv) {
   auto bundle = Bundle::open(dir, f, quick ? Check::Sizes : Check::Full);
   if (!bundle) return report(f);
   if (threads > 0) bundle->set_threads(threads);
+  if (!etdump.empty()) {
+    if (program.empty() || pipeline || check)
+      return report({2, "--etdump records one program's calls: give it with --program NAME (not --pipeline or --self-test)"});
+    bundle->trace_events();
+  }
   const auto& c = bundle->config();
   if (check) {
     nlohmann::json result;
@@ -306,6 +313,8 @@ int main(int argc, char** argv) {
   std::printf("{\"program\": \"%s\", \"method\": \"%s\", \"load_ms\": %.4f, \"first_ms\": %.4f, \"median_ms\": %.4f, "
               "\"ready_ms\": %.4f, \"outputs\": %zu, \"threads\": %d}\n", program.c_str(), method.c_str(), load_ms,
               first_ms, times[times.size() / 2], ready_ms, outputs.size(), bundle->threads());
+  if (!etdump.empty())
+    if (Failure ef = bundle->write_etdump(program, etdump)) return report(ef);
   if (!output_dir.empty())
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::string err = write_npy(output_dir + "/output_" + std::to_string(i) + ".npy", outputs[i]);

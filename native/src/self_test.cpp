@@ -109,6 +109,87 @@ struct TextMetrics {
   double top1() const { return static_cast<double>(agree) / positions; }
 };
 
+// The manifest's task samples: the same formulas as deployc/graph/metrics.py's task_metrics().
+struct TaskMeasure {
+  std::string measure;  // top1 or topk; empty: no task samples
+  int k = 0;
+  std::vector<std::vector<double>> refs, outs;  // each sample's first output, eager's and the program's
+  size_t last = 1;                              // top1: the classes axis (the last)
+  void add(const Array& ref, const Array& out) {
+    std::vector<double> r(ref.numel()), o(out.numel());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = value(ref, i);
+    for (size_t i = 0; i < o.size(); ++i) o[i] = value(out, i);
+    last = ref.shape.empty() ? 1 : static_cast<size_t>(ref.shape.back());
+    refs.push_back(std::move(r));
+    outs.push_back(std::move(o));
+  }
+  size_t samples() const { return refs.size(); }
+  // Share of rows (over the last axis) whose argmax agree, averaged per sample, then over samples.
+  double top1() const {
+    double total = 0;
+    for (size_t s = 0; s < refs.size(); ++s) {
+      size_t rows = refs[s].size() / last, agree = 0;
+      for (size_t row = 0; row < rows; ++row) {
+        auto r = refs[s].begin() + row * last, o = outs[s].begin() + row * last;
+        agree += std::max_element(r, r + last) - r == std::max_element(o, o + last) - o;
+      }
+      total += rows ? static_cast<double>(agree) / rows : 0.0;
+    }
+    return refs.empty() ? 0.0 : total / refs.size();
+  }
+  // Each sample's other samples by cosine, most similar first (ties: lower index first).
+  static std::vector<std::vector<size_t>> ranked(const std::vector<std::vector<double>>& vectors) {
+    size_t n = vectors.size();
+    std::vector<std::vector<double>> unit = vectors;
+    for (auto& v : unit) {
+      double norm = 0;
+      for (double x : v) norm += x * x;
+      norm = std::max(std::sqrt(norm), 1e-12);
+      for (double& x : v) x /= norm;
+    }
+    std::vector<std::vector<size_t>> order(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<double> score(n);
+      for (size_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (size_t d = 0; d < unit[i].size(); ++d) dot += unit[i][d] * unit[j][d];
+        score[j] = dot;
+      }
+      for (size_t j = 0; j < n; ++j)
+        if (j != i) order[i].push_back(j);
+      std::stable_sort(order[i].begin(), order[i].end(), [&](size_t a, size_t b) { return score[a] > score[b]; });
+    }
+    return order;
+  }
+  bool finite() const {
+    for (const auto& o : outs)
+      for (double x : o)
+        if (!std::isfinite(x)) return false;
+    return true;
+  }
+  // (k used, overlap, mean rank change)
+  void topk(int& used, double& overlap, double& moved) const {
+    size_t n = refs.size();
+    used = static_cast<int>(std::min(static_cast<size_t>(k), n - 1));
+    auto eager = ranked(refs), program = ranked(outs);
+    overlap = moved = 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<size_t> position(n, 0);
+      for (size_t r = 0; r < program[i].size(); ++r) position[program[i][r]] = r;
+      size_t both = 0;
+      double shift = 0;
+      for (int r = 0; r < used; ++r) {
+        size_t want = eager[i][static_cast<size_t>(r)];
+        both += std::find(program[i].begin(), program[i].begin() + used, want) != program[i].begin() + used;
+        shift += std::fabs(static_cast<double>(position[want]) - r);
+      }
+      overlap += static_cast<double>(both) / used;
+      moved += shift / used;
+    }
+    overlap /= n;
+    moved /= n;
+  }
+};
 
 // The program on every case of a self-test document: worst cosine/SQNR/max-abs over the plain cases, the
 // text measures over the held-out text cases. Stops at the first run that fails (`run_failure`) or the
@@ -116,6 +197,7 @@ struct TextMetrics {
 struct Measured {
   Metrics worst{0, 1, kExactSqnrDb};
   TextMetrics text;
+  TaskMeasure task;
   int cases = 0;
   Failure run_failure;
   std::string failure;
@@ -123,7 +205,7 @@ struct Measured {
 
 Failure measure(const RunMethod& run, const json& doc, const std::string& file, Measured& m) {
   int version = doc.is_discarded() ? 0 : doc.value("schema_version", 0);
-  if (doc.is_discarded() || (version != 1 && version != 2) || !doc.contains("cases"))
+  if (doc.is_discarded() || version < 1 || version > 3 || !doc.contains("cases"))
     return {2, "self-test: " + file + " is unreadable or of an unknown schema version"};
   for (const auto& c : doc.at("cases")) {
     std::vector<Array> inputs, expected, outputs;
@@ -154,6 +236,17 @@ Failure measure(const RunMethod& run, const json& doc, const std::string& file, 
       ++m.cases;
       continue;
     }
+    if (c.contains("task")) {  // a task sample: judged with the others, by the task measure
+      if (outputs.empty() || outputs[0].numel() != expected[0].numel()) {
+        m.failure = "a task sample's output does not fit the program's";
+        return {};
+      }
+      m.task.measure = c.at("task").at("measure").get<std::string>();
+      m.task.k = c.at("task").value("k", 0);
+      m.task.add(expected[0], outputs[0]);
+      ++m.cases;
+      continue;
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (outputs[i].numel() != expected[i].numel()) {
         m.failure = "output " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) + " values, " +
@@ -179,6 +272,15 @@ void put_measures(const Measured& m, json& row) {
     row["text"] = {{"positions", m.text.positions}, {"perplexity", m.text.perplexity()},
                    {"reference_perplexity", m.text.reference_perplexity()}, {"kl", m.text.mean_kl()},
                    {"top1", m.text.top1()}};
+  if (m.task.samples() > 1 && m.task.measure == "topk" && m.task.finite()) {
+    int k = 0;
+    double overlap = 0, moved = 0;
+    m.task.topk(k, overlap, moved);
+    row["task"] = {{"samples", m.task.samples()}, {"measure", "topk"}, {"k", k}, {"topk_overlap", overlap},
+                   {"mean_rank_change", moved}};
+  } else if (m.task.samples() > 0 && m.task.measure == "top1") {
+    row["task"] = {{"samples", m.task.samples()}, {"measure", "top1"}, {"top1", m.task.top1()}};
+  }
 }
 }  // namespace
 
@@ -233,6 +335,18 @@ Failure self_test(Bundle& bundle, json& result) {
             if (text.top1() < p.tolerance_min_top1)
               add("top-1 agreement " + std::to_string(text.top1()) + " < " + std::to_string(p.tolerance_min_top1));
           }
+        }
+        if (m.task.measure == "topk" && !m.task.finite())
+          add("the program's embeddings are not finite on the task samples");
+        if (row.contains("task")) {
+          const json& t = row["task"];
+          if (t.contains("top1") && p.tolerance_min_top1 > 0 && t["top1"].get<double>() < p.tolerance_min_top1)
+            add("top-1 agreement with eager on the task samples " + std::to_string(t["top1"].get<double>()) + " < " +
+                std::to_string(p.tolerance_min_top1));
+          if (t.contains("topk_overlap") && p.tolerance_min_topk_overlap > 0 &&
+              t["topk_overlap"].get<double>() < p.tolerance_min_topk_overlap)
+            add("top-" + std::to_string(t["k"].get<int>()) + " neighbour overlap with eager on the task samples " +
+                std::to_string(t["topk_overlap"].get<double>()) + " < " + std::to_string(p.tolerance_min_topk_overlap));
         }
         row["status"] = missed.empty() ? "passed" : "failed";
         row["reason"] = missed;
