@@ -23,6 +23,7 @@ from deployc.core.atomic import write_atomic
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.events import Say
+from deployc.graph import etrecord_worker
 from deployc.plan.build_plan import BuildPlan
 from deployc.targets.backends import BACKENDS
 
@@ -76,7 +77,7 @@ def _record(plan: BuildPlan, u: UnitResult, cache: Cache, records: Cache) -> Ent
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
             with log.open("w") as out:
-                proc = subprocess.run([sys.executable, "-m", "deployc.graph.etrecord_worker", str(unit_file),
+                proc = subprocess.run([sys.executable, "-m", etrecord_worker.__name__, str(unit_file),
                                        str(plan.folder), str(staging)], stdout=out, stderr=subprocess.STDOUT,
                                       env=env, timeout=RECORD_TIMEOUT_S, text=True)
             if proc.returncode != 0:
