@@ -42,6 +42,7 @@ pipeline:
       chunking: {words: 20, overlap: 0}
       embed_with: reference
       agreement: {sample: 16}
+      queries: {file: queries.txt}
   stages:
     - {name: toks, op: tokenize, tokenizer: wordpiece, input: query, max_length: 64}
     - {name: emb, op: model, model: embedder, inputs: {input_ids: toks.input_ids, attention_mask: toks.attention_mask}}
@@ -61,6 +62,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Built:
     for i, topic in enumerate(TOPICS):
         text = " ".join(f"{topic} {rng.choice(words)} {topic}s {rng.choice(TOPICS)}" for _ in range(12))
         (corpus / f"{i:02d}-{topic}.md").write_text(f"# {topic}\n\n{text}\n")
+    (folder / "project" / "queries.txt").write_text("".join(f"{a} and {b}\n\n" for a, b in zip(TOPICS, TOPICS[3:])))
     return build_project(folder, MANIFEST, "suite.yaml", "--no-emulate")
 
 
@@ -80,6 +82,37 @@ def test_the_index_is_embedded_by_the_reference_and_proven_on_a_sample(indexed: 
     # The reference program is the build's own: not a unit of the report, not a file of the bundle.
     assert [u["unit"] for u in indexed.report["units"]] == ["cpu"]
     assert sorted(p.name for p in indexed.bundle("arduino_q").glob("*.pte")) == ["embedder.pte"]
+
+
+def test_queries_retrieve_from_the_index_as_with_eager(indexed: Built) -> None:
+    """indexes.<name>.queries: each query's top-k chunks, the target's program's query against the shipped
+    index vectors, against eager fp32's query and corpus vectors."""
+    index = json.loads((indexed.bundle("arduino_q") / "assets" / "indexes" / "docs.json").read_text())
+    r = index["retrieval"]
+    assert (r["file"], r["queries"], r["topk"], r["min_topk_overlap"]) == ("queries.txt", 9, 3, 0.9)
+    assert 0.9 <= r["topk_overlap"] <= 1.0 and r["mean_rank_change"] >= 0.0
+    said = indexed.result.err
+    assert "index docs on arduino_q: 9 queries from queries.txt: eager fp32 on them and the corpus" in said
+    assert "index docs on arduino_q: retrieval agrees with eager fp32: top-3 overlap " in said
+    plan = run_subprocess("plan", str(indexed.manifest), cwd=indexed.manifest.parent)
+    assert "index docs: 9 queries from queries.txt retrieve as with eager fp32 (top-3 overlap >= 90%)" in plan.out
+
+
+def test_the_retrieval_measure() -> None:
+    import numpy as np
+
+    from deployc.packaging.index_agreement import retrieval
+
+    rng = np.random.default_rng(0)
+    corpus, queries = rng.normal(size=(20, 8)), rng.normal(size=(6, 8))
+    same = retrieval(queries, corpus, queries * 2.0, corpus, 3, 0.9, "q.txt")  # scale does not move cosines
+    assert (same.topk_overlap, same.mean_rank_change, same.missed) == (1.0, 0.0, [])
+    other = retrieval(queries, corpus, -queries, corpus, 3, 0.9, "q.txt")  # the opposite ranking
+    assert other.topk_overlap == 0.0 and other.mean_rank_change > 10
+    assert other.missed == ["top-3 retrieval overlap with eager fp32 on q.txt 0.0% < 90% (mean rank change "
+                            f"{other.mean_rank_change:.2f}, 6 queries)"]
+    with pytest.raises(ValueError, match="not finite"):
+        retrieval(queries, corpus, queries * np.nan, corpus, 3, 0.9, "q.txt")
 
 
 def test_the_bundle_answers_from_the_substituted_index(indexed: Built) -> None:

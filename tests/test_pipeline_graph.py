@@ -105,6 +105,10 @@ CASES = {
         [('corpus: "corpus/*.md"', 'corpus: "nothing/*.md"')],
         ["m.yaml:34:20: error: pipeline.indexes.docs.corpus: 'nothing/*.md' matches no files"],
     ),
+    "queries-missing": (
+        [("tokenizer: tok}", "tokenizer: tok, queries: {file: q.txt}}")],
+        ["m.yaml:34:84: error: pipeline.indexes.docs.queries.file: q.txt: no such file"],
+    ),
     "too-many-tokens": (
         [("max_length: 64}", "max_length: 256}")],
         ["m.yaml:37:64: error: pipeline.stages[1].inputs.tokens: stage 'toks' produces up to 256 tokens, but model "
@@ -122,6 +126,17 @@ CASES = {
          "    hint: did you mean 'vector_search'?"],
     ),
 }
+
+
+def test_a_query_set_needs_two_queries(project: Path, cli) -> None:
+    (project / "corpus").mkdir()
+    (project / "corpus" / "a.md").write_text("hello world\n")
+    (project / "tok.json").write_text("{}")
+    (project / "q.txt").write_text("only one\n\n")
+    (project / "m.yaml").write_text(BASE.replace("tokenizer: tok}", "tokenizer: tok, queries: {file: q.txt}}", 1))
+    r = cli("validate", "m.yaml")
+    assert r.code == 2 and r.err.splitlines() == [
+        "m.yaml:34:84: error: pipeline.indexes.docs.queries.file: q.txt: 1 query line(s); give at least 2, one a line"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

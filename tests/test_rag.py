@@ -230,3 +230,14 @@ def test_index_progress_names_the_target(rag: Path) -> None:
         rate = next(line for line in said.splitlines() if line.startswith(f"index docs on {target}: ")
                     and "embedded at" in line)
         assert " 0 chunks/s" not in rate
+
+
+@pytest.mark.parametrize("target", ["snapdragon", "arduino_q"])
+def test_the_questions_retrieve_what_eager_minilm_retrieves(rag: Path, target: str) -> None:
+    """indexes.docs.queries: ten questions' top-3 chunks, the target's program (NPU fp16 on the HTP emulator,
+    CPU 8da8w) against the shipped index, against eager fp32 MiniLM's; recorded in the index."""
+    r = json.loads((rag / target / "assets" / "indexes" / "docs.json").read_text())["retrieval"]
+    assert (r["file"], r["queries"], r["topk"], r["min_topk_overlap"]) == ("data/rag_queries.txt", 10, 3, 0.9)
+    assert r["topk_overlap"] >= 0.9 and r["mean_rank_change"] < 1.0
+    said = (rag.parents[2] / "build.err").read_text()
+    assert f"index docs on {target}: retrieval agrees with eager fp32: top-3 overlap" in said

@@ -144,6 +144,10 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
             elif a.kind == "vector_index":
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
                                f"({status[a.key]}, {a.key[:12]})")
+            if a.kind == "vector_index" and a.queries is not None:
+                console.result(f"  {t.target}: index {a.name}: {len(a.queries.queries)} queries from "
+                               f"{a.queries.file} retrieve as with eager fp32 (top-{a.queries.topk} overlap >= "
+                               f"{a.queries.min_topk_overlap:.0%}), or no bundle")
     used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})
     for name in used:
         found = build_plan.toolchain.backends[name]

@@ -28,6 +28,7 @@ from deployc.pipeline.asset_sources import tokenizer_file
 from deployc.plan.build_plan import (
     BuildPlan,
     IndexAssetPlan,
+    LoadModel,
     TargetPlan,
     TokenizerAssetPlan,
 )
@@ -86,13 +87,15 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
                 vectors = embedder.run(program, texts, "vectors")
             else:
                 vectors, meta = _by_reference(embedder, a, program, reference, texts, label, say)
+            if a.queries is not None:
+                meta["retrieval"] = _retrieval(embedder, a, program, texts, vectors, label, say)
             (staging / "vectors.f32").write_bytes(vectors.astype("<f4").tobytes())
             meta = {"schema_version": INDEX_SCHEMA_VERSION, "name": a.name, "model": a.model,
                     "count": int(vectors.shape[0]), "dim": int(vectors.shape[1]), "metric": "cosine",
                     "vectors": Path(layout.index_vectors_file(a.file)).name,
                     "chunks": [{"id": c.id, "source": c.source, "text": c.text} for c in chunks], **meta}
             (staging / "index.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            for extra in ("steps.json",):
+            for extra in ("steps.json", "load.json"):
                 (staging / extra).unlink(missing_ok=True)
             return store.put(a.key, staging).path
         except BaseException:
@@ -132,6 +135,31 @@ def _by_reference(embedder: _Embedder, a: IndexAssetPlan, program: UnitResult, r
                      "agreement": {**agreement.model_dump(), "rows": rows}}
 
 
+def _retrieval(embedder: _Embedder, a: IndexAssetPlan, program: UnitResult, texts: list[str], vectors: Any,
+               label: str, say: Say) -> dict[str, Any]:
+    """The query set's top-k chunks as the device will find them (the target's program's query vectors
+    against the index's vectors) against eager fp32's; below the tolerance the bundle is not written."""
+    from deployc.packaging import index_agreement
+
+    q = a.queries
+    assert q is not None
+    say(f"{label}: {len(q.queries)} queries from {q.file}: eager fp32 on them and the corpus, the target's "
+        f"program ({program.unit.unit}, {program.unit.backend}) on the queries")
+    eager = embedder.run_eager(q.eager, texts + q.queries, "eager")
+    device = embedder.run(program, q.queries, "queries")
+    try:
+        measured = index_agreement.retrieval(eager[len(texts):], eager[:len(texts)], device, vectors, q.topk,
+                                             q.min_topk_overlap, q.file)
+    except ValueError as exc:
+        raise BuildError(f"{label}: {exc}") from exc
+    figures = (f"top-{measured.topk} overlap {measured.topk_overlap:.1%}, mean rank change "
+               f"{measured.mean_rank_change:.2f} on {measured.queries} queries")
+    if measured.missed:
+        raise BuildError(f"{label}: the device's retrieval differs from eager fp32's: {'; '.join(measured.missed)}")
+    say(f"{label}: retrieval agrees with eager fp32: {figures}")
+    return measured.model_dump()
+
+
 class _Embedder:
     """Runs the embed worker on a list of texts (or image paths) with one program, passing its progress on."""
 
@@ -141,19 +169,33 @@ class _Embedder:
             plan, target, a, staging, cache, label, say)
 
     def run(self, program: UnitResult, texts: list[str], tag: str) -> Any:
+        a = self.a
+        if a.image_steps is not None:
+            worker = ["--images", str(program.program), str(self.staging / "steps.json")]
+        else:
+            worker = [str(program.program), *self._tokens()]
+        env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
+        return self._embed(worker, env, texts, tag)
+
+    def run_eager(self, load: LoadModel, texts: list[str], tag: str) -> Any:
+        """The same texts through eager fp32 PyTorch (the model as the plan loads it)."""
+        (self.staging / "load.json").write_text(load.model_dump_json())
+        return self._embed(["--eager", str(self.staging / "load.json"), str(self.plan.folder), *self._tokens()],
+                           dict(os.environ), texts, tag)
+
+    def _tokens(self) -> list[str]:
+        a = self.a
+        tokenizer = _tokenizer(self.plan, next(t for t in self.target.assets if isinstance(t, TokenizerAssetPlan)
+                                               and t.name == a.tokenizer))
+        return [str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
+
+    def _embed(self, args: list[str], env: dict[str, str], texts: list[str], tag: str) -> Any:
         import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
 
         a, staging = self.a, self.staging
         noun = "images" if a.image_steps is not None else "chunks"
         (staging / f"{tag}.json").write_text(json.dumps(texts))
-        worker = [sys.executable, "-m", embed_worker.__name__]
-        if a.image_steps is not None:
-            worker += ["--images", str(program.program), str(staging / "steps.json")]
-        else:
-            tokenizer = _tokenizer(self.plan, next(t for t in self.target.assets if isinstance(t, TokenizerAssetPlan)
-                                                   and t.name == a.tokenizer))
-            worker += [str(program.program), str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
-        env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
+        worker = [sys.executable, "-m", embed_worker.__name__, *args]
         out = staging / f"{tag}.npy"
         stdout, stderr, code = _embed([*worker, str(staging / f"{tag}.json"), str(out)], env,
                                       lambda line: self.say(f"{self.label}: {line}"), noun)

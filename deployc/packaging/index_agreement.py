@@ -64,3 +64,47 @@ def measure(reference: Any, target: Any, topk: int, min_topk_overlap: float, max
     return Agreement(sample=n, topk=k, topk_overlap=overlap / n, max_score_diff=worst,
                      mean_score_diff=total / max(pairs, 1), min_topk_overlap=min_topk_overlap,
                      max_score_diff_allowed=max_score_diff)
+
+
+class Retrieval(Frozen):
+    """pipeline.indexes.<name>.queries: what the device retrieves against what eager fp32 does."""
+
+    file: str
+    queries: int
+    topk: int
+    topk_overlap: float  # mean share of a query's eager top-k chunks the device also retrieves in its top-k
+    mean_rank_change: float  # mean |rank moved| of eager's top-k chunks in the device's ranking
+    min_topk_overlap: float
+
+    @property
+    def missed(self) -> list[str]:
+        if self.topk_overlap < self.min_topk_overlap:
+            return [f"top-{self.topk} retrieval overlap with eager fp32 on {self.file} {self.topk_overlap:.1%} < "
+                    f"{self.min_topk_overlap:.0%} (mean rank change {self.mean_rank_change:.2f}, "
+                    f"{self.queries} queries)"]
+        return []
+
+
+def retrieval(eager_queries: Any, eager_corpus: Any, device_queries: Any, device_corpus: Any, topk: int,
+              min_topk_overlap: float, file: str) -> Retrieval:
+    """Each query's chunks ranked by cosine twice: eager fp32's query against eager fp32's corpus vectors, and
+    the target's program's query against the index's vectors (what a device searches)."""
+    import numpy as np
+
+    def unit(m: Any) -> Any:
+        m = np.asarray(m, dtype=np.float64)
+        return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+
+    if not np.all(np.isfinite(np.asarray(device_queries, dtype=np.float64))):
+        raise ValueError(f"the target's program's query vectors for {file} are not finite")
+    want = np.argsort(-(unit(eager_queries) @ unit(eager_corpus).T), axis=1, kind="stable")
+    got = np.argsort(-(unit(device_queries) @ unit(device_corpus).T), axis=1, kind="stable")
+    n, count = want.shape
+    k = max(1, min(topk, count))
+    overlap = moved = 0.0
+    for i in range(n):
+        overlap += len(set(want[i, :k].tolist()) & set(got[i, :k].tolist())) / k
+        position = {int(j): rank for rank, j in enumerate(got[i])}
+        moved += float(np.mean([abs(position[int(j)] - rank) for rank, j in enumerate(want[i, :k])]))
+    return Retrieval(file=file, queries=n, topk=k, topk_overlap=overlap / n, mean_rank_change=moved / n,
+                     min_topk_overlap=min_topk_overlap)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from deployc.pipeline.schema import IndexAsset, TokenizerAsset
+from deployc.pipeline.schema import IndexAsset, IndexQueries, TokenizerAsset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -45,3 +45,20 @@ def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]
             continue
         files.append(p)
     return files, problems
+
+
+def index_queries(queries: IndexQueries, folder: Path) -> tuple[list[str], str | None]:
+    """An index's query set (one query a line, blank lines skipped), or why it cannot be read."""
+    path = folder / queries.file
+    if Path(queries.file).is_absolute() or ".." in Path(queries.file).parts:
+        return [], f"{queries.file!r} must stay inside the manifest's folder"
+    if not path.is_file():
+        return [], f"{queries.file}: no such file"
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except UnicodeDecodeError as exc:
+        return [], f"{queries.file}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+    found = [line for line in lines if line]
+    if len(found) < 2:
+        return [], f"{queries.file}: {len(found)} query line(s); give at least 2, one a line"
+    return found, None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from deployc.core.errors import Diagnostic
 from deployc.core.yaml_io import Document
 from deployc.load.diagnostics import closest
-from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, tokenizer_file
+from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.graph import references, stage_outputs
 from deployc.pipeline.ops import op_of
 from deployc.pipeline.ops.tokenize import TokenizeStage
@@ -170,6 +170,14 @@ class _Checker:
                 self.err((*path, "corpus"), f"pipeline.indexes.{name}.corpus: '{ix.corpus}' matches no files")
             if ix.chunking.overlap >= ix.chunking.words:
                 self.err((*path, "chunking"), f"pipeline.indexes.{name}.chunking: overlap must be smaller than words")
+            if ix.queries is not None:
+                if ix.image is not None:
+                    self.err((*path, "queries"), f"pipeline.indexes.{name}.queries: a query set is text; this "
+                             "index is of images")
+                else:
+                    _, unreadable = index_queries(ix.queries, self.folder)
+                    if unreadable:
+                        self.err((*path, "queries", "file"), f"pipeline.indexes.{name}.queries.file: {unreadable}")
 
     def cycles(self) -> None:
         state: dict[str, int] = {}

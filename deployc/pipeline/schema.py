@@ -49,6 +49,18 @@ class IndexAgreement(Frozen):
         default=0.05, description="largest difference of a query's cosine score against the two vectors of a chunk")
 
 
+class IndexQueries(Frozen):
+    """A query set judged against the index as the device will serve it: each query's top-k chunks by the
+    target's program (its query vector against the bundle's index vectors) against eager fp32's (eager
+    query and eager corpus vectors)."""
+
+    file: str = Field(description="UTF-8 text file of queries, one per line (blank lines skipped), relative to "
+                                  "the manifest's folder")
+    topk: Annotated[int, Field(ge=1, le=100)] = Field(default=3, description="chunks compared per query")
+    min_topk_overlap: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        default=0.9, description="mean share of each query's top-k chunks that eager fp32 retrieves too, at least")
+
+
 class IndexAsset(Frozen):
     corpus: str = Field(description="glob of UTF-8 text files (or of PNG/JPEG images, with `image`), relative "
                                     "to the manifest's folder")
@@ -63,6 +75,8 @@ class IndexAsset(Frozen):
         "that the target's program embeds too (`agreement`)")
     agreement: IndexAgreement = Field(default_factory=lambda: IndexAgreement(),
                                       description="embed_with: reference: the sample and the tolerances")
+    queries: IndexQueries | None = Field(default=None, description="retrieval agreement with eager fp32 on a "
+                                         "query set (a text corpus only); the bundle is not written below it")
 
 
 class Pipeline(Frozen):

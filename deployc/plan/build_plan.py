@@ -319,6 +319,17 @@ class TokenizerAssetPlan(Frozen):
     sha256: str
 
 
+class IndexQueryCheck(Frozen):
+    """pipeline.indexes.<name>.queries: the queries themselves (part of the index's key) and the tolerance;
+    `eager`: how the embedder's eager fp32 model is loaded to compute the reference rankings."""
+
+    file: str
+    queries: list[str]
+    topk: int
+    min_topk_overlap: float
+    eager: LoadModel
+
+
 class IndexAssetPlan(Frozen):
     """A vector index, embedded at build time by the target's built embedder program."""
 
@@ -339,6 +350,7 @@ class IndexAssetPlan(Frozen):
     # shipped), and how the substitution is proven on a sample the target's program embeds too.
     reference: UnitPlan | None = None
     agreement: IndexAgreement | None = None
+    queries: IndexQueryCheck | None = None  # retrieval agreement with eager fp32 on a query set
     key: str = ""  # content key of the built index: everything above but names
 
 

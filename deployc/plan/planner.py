@@ -26,7 +26,7 @@ from deployc.load.model_sources import (
     source_files,
 )
 from deployc.load.project import Project
-from deployc.pipeline.asset_sources import corpus_files, tokenizer_file
+from deployc.pipeline.asset_sources import corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
 from deployc.plan import heldout, task_data
@@ -43,6 +43,7 @@ from deployc.plan.build_plan import (
     HashedFile,
     HeldOutText,
     IndexAssetPlan,
+    IndexQueryCheck,
     InputPlan,
     LoadModel,
     Lower,
@@ -560,6 +561,12 @@ def _assets(project: Project, units: list[UnitPlan], inputs: _Inputs,
                 corpus=corpus)
         if ix.embed_with == "reference":
             plan = plan.model_copy(update={"reference": reference(ix.model), "agreement": ix.agreement})
+        if ix.queries is not None:
+            queries, _ = index_queries(ix.queries, folder)  # validate checked it
+            inputs.add(folder / ix.queries.file, "queries")
+            plan = plan.model_copy(update={"queries": IndexQueryCheck(
+                file=ix.queries.file, queries=queries, topk=ix.queries.topk,
+                min_topk_overlap=ix.queries.min_topk_overlap, eager=unit.load)})
         out.append(plan.model_copy(update={"key": key_of(plan.model_dump(mode="json",
                                                                          exclude={"key", "name", "file"}))}))
     return out
