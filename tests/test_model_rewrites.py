@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from deployc.graph.model import _bake_parametrizations  # noqa: E402
+from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 
 
@@ -25,6 +25,32 @@ def test_weight_norm_is_baked_to_the_weight_eager_computes() -> None:
     graph = torch.export.export(model, (x,), strict=False).graph  # the weight is an input, not computed
     assert not {str(n.target) for n in graph.nodes if n.op == "call_function"} & {
         "aten._weight_norm_interface.default", "aten.norm.ScalarOpt_dim", "aten.linalg_vector_norm.default"}
+
+
+def test_per_head_rms_norms_run_on_rows() -> None:
+    """transformers' Gemma 3 q/k norms (RMSNorm over each head of a 4-D tensor) run on a 2-D view: the same
+    numbers in eager, and the exported graph normalises a 2-D tensor (what QNN's HTP computes right in fp16)."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    class Heads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_norm, self.out_norm = Gemma3RMSNorm(8), Gemma3RMSNorm(32)
+            torch.nn.init.normal_(self.q_norm.weight)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = self.q_norm(x.view(1, 5, 4, 8))
+            return self.out_norm(q.reshape(1, 5, 32))  # a 3-D call stays as it is
+
+    torch.manual_seed(0)
+    model, x = Heads().eval(), torch.randn(1, 5, 32) * 3
+    before = model(x)
+    _head_norms_on_rows(model)
+    assert torch.equal(model(x), before)
+    graph = torch.export.export(model, (x,), strict=False).graph
+    ranks = [len(n.meta["val"].shape) for n in graph.nodes if n.op == "call_function"
+             and str(n.target) == "aten.pow.Tensor_Scalar"]
+    assert ranks == [2, 3]  # the per-head norm on rows, the hidden-size norm unchanged
 
 
 class Queries(torch.nn.Module):

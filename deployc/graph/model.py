@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,6 +55,24 @@ def _bake_parametrizations(model: torch.nn.Module) -> None:
                 parametrize.remove_parametrizations(module, name, leave_parametrized=True)
 
 
+def _head_norms_on_rows(model: torch.nn.Module) -> None:
+    """An RMSNorm normalises its input's last axis. Applied per head to a 4-D [batch, tokens, heads,
+    head_dim] tensor (the q/k norms of Gemma 3, Qwen3 and others in transformers), QNN's HTP computes it
+    wrongly in fp16 (Gemma 3: 22 dB against eager fp16's 62 dB on the CPU), as it did deployc's own Qwen3
+    decoder's: such a call runs on a 2-D view of its rows instead, the same numbers in eager."""
+    for module in model.modules():
+        if not type(module).__name__.endswith("RMSNorm"):
+            continue
+        forward = module.forward
+
+        def rows(x: torch.Tensor, *args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            if x.dim() < 4:
+                return _forward(x, *args, **kwargs)
+            return _forward(x.reshape(-1, x.shape[-1]), *args, **kwargs).reshape(x.shape)
+
+        module.forward = rows
+
+
 def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
     torch.manual_seed(step.seed)
     if step.huggingface is not None:
@@ -84,6 +103,7 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
             first = next(iter(str(exc).strip().splitlines()), "")
             raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
     _bake_parametrizations(model)
+    _head_norms_on_rows(model)
     constant_position_buckets(model)
     # Inference only. Parameters that require grad make lowering refuse in-place buffer updates (a
     # KV cache written with index_copy_: "a leaf Variable that requires grad is being used in an

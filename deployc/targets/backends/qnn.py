@@ -38,7 +38,6 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                    "complex64 tensors stop QNN's lowering (\"KeyError: torch.complex64\")"),
     "convbert": (_FP16, "QNN's DecomposeColIm pass fails on ConvBERT's span convolution (its unfold)"),
     "falcon": (_FP16, "QNN's DecomposeScaledDotProductAttention pass fails on Falcon's attention"),
-    "gemma3_text": (_FP16, "QNN's LayoutTransform pass fails on Gemma 3's graph"),
     "detr": (_FP16, "the HTP has no StridedSlice of bool tensors (aten.select_copy of DETR's pixel mask): "
                     "no context binary"),
     "conditional_detr": (_FP16, "the HTP has no StridedSlice of bool tensors (aten.select_copy of the "
