@@ -96,6 +96,11 @@ def test_queries_retrieve_from_the_index_as_with_eager(indexed: Built) -> None:
     assert "index docs on arduino_q: retrieval agrees with eager fp32: top-3 overlap " in said
     plan = run_subprocess("plan", str(indexed.manifest), cwd=indexed.manifest.parent)
     assert "index docs: 9 queries from queries.txt retrieve as with eager fp32 (top-3 overlap >= 90%)" in plan.out
+    inspected = json.loads(run_subprocess("inspect", str(indexed.bundle("arduino_q")), "--json").out)["indexes"]
+    assert [(i["name"], i["retrieval"], i["agreement"]["sample"]) for i in inspected] == [("docs", r, 16)]
+    text = run_subprocess("inspect", str(indexed.bundle("arduino_q"))).out
+    assert "index docs: 36 x 64 vectors of embedder by a host reference program; the target's program agrees " \
+           "on 16 chunks: top-3" in text and "; 9 queries retrieve as with eager fp32: top-3 overlap" in text
 
 
 def test_the_retrieval_measure() -> None:

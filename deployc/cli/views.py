@@ -336,6 +336,17 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
                 console.result(f"  {p['name']}.{m['name']} operators: {ops}")
     if info.get("bytes_by_kind"):
         console.table(_byte_kinds_table(info["bytes_by_kind"]))
+    for ix in info.get("indexes", []):
+        by = "a host reference program" if ix.get("embedded_with") else "the target's program"
+        line = f"index {ix['name']}: {ix['count']} x {ix['dim']} vectors of {ix['model']} by {by}"
+        if ix.get("agreement"):
+            a = ix["agreement"]
+            line += f"; the target's program agrees on {a['sample']} chunks: top-{a['topk']} {a['topk_overlap']:.0%}"
+        if ix.get("retrieval"):
+            r = ix["retrieval"]
+            line += (f"; {r['queries']} queries retrieve as with eager fp32: top-{r['topk']} overlap "
+                     f"{r['topk_overlap']:.0%} (rank moved {r['mean_rank_change']:.2f})")
+        console.result(line)
     console.result("verified against bundle.lock.json: ok" if info["verified"]
                    else "MISMATCH against bundle.lock.json:")
     for problem in info["problems"]:

@@ -91,7 +91,24 @@ def describe_bundle(folder: Path) -> dict[str, Any]:
             continue
     return {"kind": "bundle", "path": str(folder), "bundle": config["bundle"], "device": config["device"],
             "programs": config["programs"], "assets": config.get("assets", []), "pipeline": config.get("pipeline"),
-            "tools": lock["tools"], "sizes": sizes, "total_bytes": sum(sizes.values()), "bytes_by_kind": kinds}
+            "tools": lock["tools"], "sizes": sizes, "total_bytes": sum(sizes.values()), "bytes_by_kind": kinds,
+            "indexes": _indexes(folder, config)}
+
+
+def _indexes(folder: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each vector index says of how it was embedded and judged (its JSON, chunks left out)."""
+    out = []
+    for a in config.get("assets", []):
+        f = folder / a["file"]
+        if a["kind"] != "vector_index" or not f.is_file():
+            continue
+        try:
+            doc = json.loads(f.read_text())
+        except (ValueError, UnicodeDecodeError):  # a damaged file: the lock check (sha256) reports it
+            continue
+        out.append({"name": a["name"], **{k: doc.get(k) for k in ("model", "count", "dim", "embedded_with",
+                                                                  "agreement", "retrieval")}})
+    return out
 
 
 def describe_pte(path: Path) -> dict[str, Any]:
