@@ -94,7 +94,22 @@ Constraints violated (seq)! For more information, run with TORCH_LOGS="+dynamic"
 """
 
 
+TEXT_EXPRESSION = """\
+Constraints violated (seq)! For more information, run with TORCH_LOGS="+dynamic".
+  - Not all values of seq = L['input_ids'].size()[1] in the specified range seq <= 64 satisfy the generated guard ((-1) + L['input_ids'].size()[1]) != 1.
+"""
+TEXT_SUGGESTION_BREAKS_A_GUARD = """\
+Constraints violated (seq)! For more information, run with TORCH_LOGS="+dynamic".
+  - Not all values of seq = L['input_ids'].size()[1] in the specified range seq <= 64 satisfy the generated guard (8*L['input_ids'].size()[1]) != 120.
+  - Not all values of seq = L['input_ids'].size()[1] in the specified range seq <= 64 satisfy the generated guard 15 <= L['input_ids'].size()[1] and L['input_ids'].size()[1] <= 64
+Suggested fixes:
+  seq = Dim('seq', min=15)
+"""
+
+
 @pytest.mark.parametrize("text,dim,edit", [
+    (TEXT_EXPRESSION, DimPlan(name="seq", min=2, max=64), "seq: {min: 3, max: 64}"),  # MobileBERT
+    (TEXT_SUGGESTION_BREAKS_A_GUARD, DimPlan(name="seq", min=2, max=64), "seq: {min: 16, max: 64}"),  # Gemma 3
     (TEXT_MULTIPLE, DimPlan(name="seq", min=4, max=64), "seq: {min: 20, max: 60, multiple_of: 20}"),
     (TEXT_MAX, DimPlan(name="seq", min=2, max=64), "seq: {min: 2, max: 32}"),
     (TEXT_NOT, DimPlan(name="seq", min=4, max=128), "seq: {min: 4, max: 63}"),

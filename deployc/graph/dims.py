@@ -58,6 +58,42 @@ def _suggested(fixes: str, d: DimPlan) -> dict[str, int] | None:
     return None
 
 
+_ARITHMETIC = re.compile(r"[\d\s+\-*/%()<>=!]*")
+
+
+def _holds(guard: str, name: str, value: int) -> bool | None:
+    """Whether a guard torch.export states (`((-1) + seq) != 1`, `(8*seq) != 120`, `15 <= seq and seq <= 64`)
+    holds at `value`; None when it is more than integer arithmetic and comparisons."""
+    expr = re.sub(rf"\b{re.escape(name)}\b", str(value), guard)
+    if not _ARITHMETIC.fullmatch(re.sub(r"\b(and|or|not)\b", "", expr)):
+        return None
+    try:
+        return bool(eval(expr, {"__builtins__": {}}, {}))  # digits, operators and brackets only (checked above)
+    except (SyntaxError, ZeroDivisionError, TypeError):
+        return None
+
+
+def _first_run(guards: list[str], d: DimPlan, low: int, high: int) -> dict[str, int] | None:
+    """The lowest range of sizes within low..high (in the dim's steps) where every guard holds, as long as
+    it goes; None when a guard cannot be evaluated or no size passes."""
+    k = d.multiple_of
+    sizes = range(-(-low // k) * k, high // k * k + 1, k)
+    if len(sizes) > 100_000:
+        return None
+    run: list[int] = []
+    for v in sizes:
+        held = [_holds(g, d.name, v) for g in guards]
+        if None in held:
+            return None
+        if all(held):
+            run.append(v)
+        elif run:
+            break
+    if not run:
+        return None
+    return {"min": run[0], "max": run[-1], **({"multiple_of": k} if k > 1 else {})}
+
+
 def _from_guard(guard: str, d: DimPlan) -> dict[str, int] | None:
     """An edit for a guard torch.export states without a suggestion: `seq != 64`, `seq % 20 == 0`."""
     k = d.multiple_of
@@ -86,7 +122,15 @@ def explain_rejected_dims(text: str, dims: list[DimPlan]) -> DimRejected | None:
     d = found[0][0]
     guards = [g for dim, g in found if dim is d]
     fixes = text.split("Suggested fixes:", 1)[1] if "Suggested fixes:" in text else ""
-    edit = _suggested(fixes, d) or next((e for g in guards if (e := _from_guard(g, d))), None)
+    # torch.export's own plain-range suggestion can break one of its guards ((8*seq) != 120 with min=15),
+    # and a guard on an expression of the dim (((-1) + seq) != 1) comes with none: where the guards are
+    # plain arithmetic, the lowest range inside the suggestion (or the declared range) where all hold.
+    suggested = _suggested(fixes, d)
+    if suggested is None or ("multiple_of" not in suggested and not all(
+            _holds(g, d.name, v) for g in guards for v in (suggested["min"], suggested["max"]))):
+        within = suggested or {"min": d.min, "max": d.max}
+        suggested = _first_run(guards, d, within["min"], within["max"]) or suggested
+    edit = suggested or next((e for g in guards if (e := _from_guard(g, d))), None)
     declared = f"{d.min}..{d.max}" + (f" in multiples of {d.multiple_of}" if d.multiple_of > 1 else "")
     more = f" (and {len(guards) - 1} more condition(s))" if len(guards) > 1 else ""
     message = f"torch.export rejects {d.name} = {declared}: the model needs {guards[0]}{more}"
