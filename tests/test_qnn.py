@@ -194,17 +194,25 @@ models:
 def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_the_op_named(
         project: Path, cli) -> None:  # type: ignore[no-untyped-def]
     """Known before lowering (qnn.REFUSED): plan reads config.json's model_type, nothing is imported."""
-    folder = project / "hf" / "fnet"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "fnet", "architectures": ["FNetModel"],
-                                                    "vocab_size": 50, "hidden_size": 16,
-                                                    "max_position_embeddings": 32}))
-    (folder / "model.safetensors").write_bytes(b"")  # plan never reads the weights
-    (project / "m.yaml").write_text(FNET.replace("PIN", ""))
+    for model_type in ("fnet", "convbert"):
+        folder = project / "hf" / model_type
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"model_type": model_type, "vocab_size": 50,
+                                                        "hidden_size": 16, "max_position_embeddings": 32}))
+        (folder / "model.safetensors").write_bytes(b"")  # plan never reads the weights
+    (project / "m.yaml").write_text(FNET.replace("PIN", "").replace("hf/fnet", "hf/convbert"))
     r = cli("plan", "m.yaml")
     assert r.code == 0, r.err
-    assert "fnet on snapdragon: skipped npu (qnn): cannot build fnet in fp16: aten._fft_c2c" in r.out
+    assert "fnet on snapdragon: skipped npu (qnn): cannot build convbert in fp16: QNN's DecomposeColIm" in r.out
     assert re.search(r"fnet\s+│ snapdragon │ gpu\s+│ vulkan", r.out), r.out
+    (project / "m.yaml").write_text(FNET.replace("PIN", ""))
+    r = cli("plan", "m.yaml")
+    # No ExecuTorch backend lowers FNet's FFT (base.EXECUTORCH_REFUSED): every unit says why, located.
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "m.yaml:9:19: error: models.fnet.quantization: no unit of target 'snapdragon' can build model 'fnet'" in r.err
+    assert "npu (qnn): cannot build fnet in fp16: aten._fft_c2c" in r.err
+    assert "gpu (vulkan): cannot build fnet in fp16: aten._fft_c2c, the Fourier transform FNet mixes its tokens " \
+           "with, is not in ExecuTorch's Core ATen opset" in r.err
     (project / "m.yaml").write_text(FNET.replace("PIN", ", unit: npu"))
     r = cli("plan", "m.yaml")
     assert r.code == 2 and "Traceback" not in r.err

@@ -103,7 +103,8 @@ class BackendBase:
         return []
 
     def refusal(self, architecture: str, scheme: str) -> str | None:
-        return None
+        """Why this backend cannot build a Hugging Face `model_type` in `scheme`, known before lowering."""
+        return EXECUTORCH_REFUSED.get(architecture) if self.format == "pte" else None
 
     def recipe(self, quant: QuantSpec) -> Recipe | None:
         """The recipe for a manifest's quantization; None when this backend cannot build the scheme."""
@@ -170,6 +171,13 @@ class BackendBase:
         when the payload is opaque (it then counts as the rest of the file)."""
         return 0, 0, 0
 
+
+
+# Architectures no ExecuTorch backend lowers, measured (benchmarks/coverage.py, 2026-12-02).
+EXECUTORCH_REFUSED = {
+    "fnet": "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, is not in ExecuTorch's Core ATen "
+            "opset (to_edge: SpecViolationError) and no ExecuTorch backend has a kernel for it",
+}
 
 
 def lower_with_partitioners(programs: dict[str, Any], partitioners: list[Any], constants: Mapping[str, Any]) -> Any:

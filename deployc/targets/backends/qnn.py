@@ -87,7 +87,7 @@ class Qnn(BackendBase):
 
     def refusal(self, architecture: str, scheme: str) -> str | None:
         schemes, why = REFUSED.get(architecture, (frozenset(), ""))
-        return why if schemes is None or scheme in schemes else None
+        return why if schemes is None or scheme in schemes else super().refusal(architecture, scheme)
 
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:
         soc = _soc(options)
