@@ -67,7 +67,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         not_made = save(archs, work / "hf")
         made = [a for a in archs if a.name not in not_made]
-        refused = _refused(work, made, schemes) if args.unit == "npu" else {}
+        refused = _refused(work, made, schemes, "qnn" if args.unit == "npu" else "xnnpack")
         rows = {(a.name, s) for a in made for s in schemes} - set(refused)
         (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit, rows=rows))
         start = time.perf_counter()
@@ -105,15 +105,16 @@ def main() -> None:
         print("plain Qualcomm path: " + ", ".join(f"{s}: {plain_verified[s]}/{len(archs)} verified" for s in schemes))
 
 
-def _refused(work: Path, archs: list, schemes: list[str]) -> dict[tuple[str, str], str]:
-    """The rows the npu refuses at plan time (qnn.REFUSED): pinned to the npu, they would stop the plan."""
+def _refused(work: Path, archs: list, schemes: list[str], backend: str) -> dict[tuple[str, str], str]:
+    """The rows the unit's backend refuses at plan time (qnn.REFUSED, base.EXECUTORCH_REFUSED): pinned to
+    the unit, they would stop the plan."""
     from deployc.targets.backends import BACKENDS
 
     out = {}
     for arch in archs:
         model_type = json.loads((work / "hf" / arch.name / "config.json").read_text())["model_type"]
         for s in schemes:
-            why = BACKENDS["qnn"].refusal(model_type, s)
+            why = BACKENDS[backend].refusal(model_type, s)
             if why:
                 out[(arch.name, s)] = why
     return out
