@@ -43,17 +43,18 @@ def write_etrecords(plan: BuildPlan, report: BuildReport, cache: Cache, out: Pat
             results.append(base.model_copy(update={"reason": why}))
             continue
         key = u.unit.program_key
+        program, _ = cache.get(key)
+        if program is None:
+            raise BuildError(f"{u.unit.label}: program {key[:12]} is not in the cache to record")
         entry, _ = records.get(key)
         cached = entry is not None
         if entry is None:
             say(f"etrecord {u.unit.label}: lowering the program again with its record on")
-            entry = _record(plan, u, cache, records)
+            entry = _record(plan, u, program, cache, records)
         dest = out / u.unit.target / f"{u.unit.model}.etrecord"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(entry.file(ETRECORD_FILE), dest)
         # What ties the record to its program: deployc profile uses it only beside the same bytes.
-        program, _ = cache.get(key)
-        assert program is not None
         write_atomic(dest.with_name(dest.name + ".json"), json.dumps({
             "program": u.unit.model, "program_key": key,
             "program_sha256": program.files[PROGRAM_FILE]["sha256"]}, indent=2) + "\n")
@@ -61,13 +62,10 @@ def write_etrecords(plan: BuildPlan, report: BuildReport, cache: Cache, out: Pat
     return results
 
 
-def _record(plan: BuildPlan, u: UnitResult, cache: Cache, records: Cache) -> Entry:
+def _record(plan: BuildPlan, u: UnitResult, program: Entry, cache: Cache, records: Cache) -> Entry:
     from deployc.graph.verify import crash_reason
 
     key = u.unit.program_key
-    program, _ = cache.get(key)
-    if program is None:
-        raise BuildError(f"{u.unit.label}: program {key[:12]} is not in the cache to record")
     with records.lock(key):
         staging = records.tmp_dir()
         unit_file = staging / "unit.json"
@@ -76,10 +74,14 @@ def _record(plan: BuildPlan, u: UnitResult, cache: Cache, records: Cache) -> Ent
         log = cache.log_dir / f"{u.unit.slug}.etrecord.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with log.open("w") as out:
-                proc = subprocess.run([sys.executable, "-m", etrecord_worker.__name__, str(unit_file),
-                                       str(plan.folder), str(staging)], stdout=out, stderr=subprocess.STDOUT,
-                                      env=env, timeout=RECORD_TIMEOUT_S, text=True)
+            try:
+                with log.open("w") as out:
+                    proc = subprocess.run([sys.executable, "-m", etrecord_worker.__name__, str(unit_file),
+                                           str(plan.folder), str(staging)], stdout=out, stderr=subprocess.STDOUT,
+                                          env=env, timeout=RECORD_TIMEOUT_S, text=True)
+            except subprocess.TimeoutExpired as exc:
+                raise BuildError(f"{u.unit.label}: recording its ETRecord did not finish within "
+                                 f"{RECORD_TIMEOUT_S} s (log: {log})") from exc
             if proc.returncode != 0:
                 raise BuildError(f"{u.unit.label}: recording its ETRecord failed: "
                                  f"{crash_reason(log.read_text(), proc.returncode)} (log: {log})")

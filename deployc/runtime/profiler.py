@@ -112,7 +112,7 @@ def _etrecord(directory: Path, p: dict[str, Any]) -> Path | str:
 def _profile(folder: Path, p: dict[str, Any], vectors: Path, runs: int, etdump_dir: Path | None,
              base: ProgramProfile, record: Path | str | None, runner: Path | None) -> ProgramProfile:
     cases = self_test_vectors.read(vectors)
-    forward = [i for i, c in enumerate(cases) if c["method"] == "forward" and "target" not in c]
+    forward = [i for i, c in enumerate(cases) if c["method"] == "forward" and "target" not in c and "task" not in c]
     if not forward:
         return base.model_copy(update={"reason": "its self-test vectors hold no forward call"})
     case = forward[len(forward) // 2]  # the middle verification point
@@ -121,10 +121,11 @@ def _profile(folder: Path, p: dict[str, Any], vectors: Path, runs: int, etdump_d
         etdump.parent.mkdir(parents=True, exist_ok=True)
         data = str(folder / p["data_file"]) if p.get("data_file") else "-"
         env = {**os.environ, **BACKENDS[p["backend"]].child_env()}
-        cmd = [sys.executable, "-m", profile_worker.__name__, str(folder / p["file"]), data, str(vectors), str(case),
-               "forward", str(runs), str(etdump)]
-        warmups = 1  # the worker's warm-up call
-        if runner is not None:
+        if runner is None:
+            cmd = [sys.executable, "-m", profile_worker.__name__, str(folder / p["file"]), data, str(vectors),
+                   str(case), "forward", str(runs), str(etdump)]
+            warmups = 1  # the worker's warm-up call
+        else:
             cmd = [str(runner), str(folder), "--program", p["name"], "--repeat", str(runs + 1), "--etdump", str(etdump),
                    *_npy_inputs(cases[case], Path(tmp))]
             warmups = 1 + int(p.get("warmup", 0))  # and the calls the runner makes when it loads the program
