@@ -93,3 +93,28 @@ def test_a_buffer_the_call_writes_is_put_back() -> None:
     model = Cache()
     looked_up_embeddings(model, [torch.tensor([[4]])])
     assert torch.equal(model.cache, torch.zeros(3, 2))
+
+
+class RawWeight(torch.nn.Module):
+    """WavLM's shape: one linear called as a module, another's weight handed on as a tensor (transposed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called, self.raw = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.called(x) + x @ self.raw.weight.t()
+
+
+def test_linears_read_as_tensors_stay_float_and_the_model_still_runs() -> None:
+    from deployc.graph.quantize import called_modules, torchao_quantize
+    from deployc.targets.backends.base import int8_dynamic_activations
+
+    torch.manual_seed(0)
+    model, x = RawWeight().eval(), torch.randn(2, 16)
+    called = called_modules(model, [x], torch.nn.Linear)
+    assert called == {id(model.called)}
+    torchao_quantize(model, int8_dynamic_activations(8, None), None, called)
+    assert type(model.raw.weight.data) is torch.Tensor and type(model.called.weight.data) is not torch.Tensor
+    with torch.no_grad():
+        model(x)  # quantized, the raw weight's transpose would raise ("IntxUnpackedToInt8Tensor ... aten.t")

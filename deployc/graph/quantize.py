@@ -16,13 +16,19 @@ from deployc.graph.inputs import export_point, make_inputs
 from deployc.plan.build_plan import Export
 
 
-def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None) -> torch.nn.Module:
+def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None,
+                     called: set[int] | None = None) -> torch.nn.Module:
+    """called: the linears one eager call runs as modules (called_modules); the others stay float: a model
+    that reads a linear's weight as a tensor (WavLM's attention passes it to F.multi_head_attention_forward,
+    which transposes it) cannot read a quantized one ("IntxUnpackedToInt8Tensor ... aten.t")."""
     from torchao.quantization import quantize_
 
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         # Grouped int4 needs in_features divisible by the group; other linears stay float. Attention's
         # out_proj is marked non-quantizable: F.multi_head_attention_forward transposes its raw weight.
         if isinstance(module, torch.nn.modules.linear.NonDynamicallyQuantizableLinear):
+            return False
+        if called is not None and id(module) not in called:
             return False
         return isinstance(module, torch.nn.Linear) and (group_size is None or module.in_features % group_size == 0)
 
@@ -34,9 +40,14 @@ def looked_up_embeddings(model: torch.nn.Module, example: list[torch.Tensor]) ->
     """The embedding modules one eager call on the example calls as lookups (by id). DETR-style models
     read a table as a plain tensor (learned queries: `embedding.weight.unsqueeze(0)`), which a quantized
     table does not support ("IntxUnpackedToInt8Tensor ... aten.unsqueeze"): those stay float."""
+    return called_modules(model, example, torch.nn.Embedding)
+
+
+def called_modules(model: torch.nn.Module, example: list[torch.Tensor], kind: type[torch.nn.Module]) -> set[int]:
+    """The modules of `kind` one eager call on the example runs as modules (by id)."""
     called: set[int] = set()
     hooks = [m.register_forward_hook(lambda m, i, o: called.add(id(m)))
-             for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+             for m in model.modules() if isinstance(m, kind)]
     state = [(b, b.clone()) for b in model.buffers()]  # a KV cache is written by the call: put back
     try:
         with torch.no_grad():

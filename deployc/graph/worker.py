@@ -162,6 +162,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     from deployc.graph.model import load_model
     from deployc.graph.quantize import (
         calibration_samples,
+        called_modules,
         looked_up_embeddings,
         pt2e_quantize,
         quantize_embeddings,
@@ -247,7 +248,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         # Only a data file shares bytes between the embedding kernel's table and XNNPACK's weights.
         tied = (tied_embeddings(model, recipe.group_size)
                 if recipe.embedding_bits == 4 and recipe.group_size and unit.serialize.external_weights else [])
-        model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size)
+        model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size,
+                                 called_modules(model, examples["forward"], torch.nn.Linear))
         if recipe.embedding_bits:
             share_tied_int4_tables(model, tied)
             group = recipe.group_size if recipe.embedding_bits == 4 else None
