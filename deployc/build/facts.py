@@ -111,6 +111,17 @@ class Measurement(Frozen):
     ran_on: str = ""  # what computed the outputs when it was not the program in the runtime (Verify.host_reference)
 
 
+class FloatFallback(Frozen):
+    """A static scheme's float fallback (quantization.float_fallback): the simulated int8 model's worst SQNR
+    against the float one on held-out samples, and the operators left float to meet the tolerance."""
+
+    budget: float  # the share of quantized operators it could leave float
+    quantized: int  # operators with int8 inputs
+    int8_sqnr_db: float  # every one of them int8
+    kept_sqnr_db: float  # with left_float float (= int8_sqnr_db when nothing is)
+    left_float: list[str] = []  # `module path (op)`, in graph order
+
+
 class ProgramFacts(Frozen):
     schema_version: int = FACTS_SCHEMA_VERSION
     program_key: str
@@ -132,6 +143,7 @@ class ProgramFacts(Frozen):
     measurement: Measurement
     durations_s: dict[str, float]
     stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point
+    float_fallback: FloatFallback | None = None  # a static scheme's measured fallback (None: not enabled)
     static_decoder: StaticDecoderLayout | None = None  # a decoder in the static form: how an app drives it
 
     @property

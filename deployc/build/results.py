@@ -144,6 +144,7 @@ class UnitResult(Frozen):
             "float_ops": f.float_ops if f else None,
             "scratch_bytes": f.scratch_bytes if f else None,
             "stayed_float": f.stayed_float if f else None,
+            "float_fallback": f.float_fallback.model_dump(mode="json") if f and f.float_fallback else None,
             "verification": self.verification.model_dump(mode="json") if self.verification else None,
             "arm64": self.arm64.model_dump(mode="json") if self.arm64 else None,
             "latency_ms": f.measurement.latency_ms if f else None,

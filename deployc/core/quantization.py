@@ -43,6 +43,11 @@ SchemeName = Literal["fp32", "fp16", "8w", "4w", "8da8w", "8da4w", "w8a8", "16a8
 
 DEFAULT_GROUP_SIZE = 32
 DEFAULT_CALIBRATION_SAMPLES = 8
+# A static scheme may leave this share of its quantized operators float to meet its tolerance: enough for the
+# transformers whose error sits in a few values (CvT: 5 of 209), not for conv nets whose error is spread
+# over most layers (MobileNetV2 needs ~90% of them float: no longer an int8 program).
+# docs/manifest.md, "Static int8's float fallback".
+DEFAULT_FLOAT_FALLBACK = 0.25
 
 # How a scheme is applied: not at all, torchao's quantize_ before export, PT2E around export, or by the
 # backend's own converter (LiteRT's quantization recipes).
@@ -61,3 +66,4 @@ class Recipe(Frozen):
     calibration_seed: int | None = None
     calibration_dataset: str | None = None  # relative to the manifest
     calibration_dataset_sha256: str | None = None
+    float_fallback: float | None = None  # the share of quantized operators the build may leave float; None: none

@@ -9,9 +9,11 @@ from typing import Any
 
 import torch
 
+from deployc.build.facts import FloatFallback
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.quantization import Recipe
+from deployc.graph import sensitivity
 from deployc.graph.inputs import export_point, make_inputs
 from deployc.plan.build_plan import Export
 
@@ -212,16 +214,28 @@ def stayed_float(model: torch.fx.GraphModule) -> list[str]:
 
 
 def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration: list[list[torch.Tensor]],
-                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram]
-                  ) -> tuple[torch.export.ExportedProgram, list[str]]:
-    """(the quantized program, the weighted layers that stayed float)."""
+                  reexport: Callable[[torch.nn.Module], torch.export.ExportedProgram],
+                  fallback: tuple[sensitivity.Target, list[list[torch.Tensor]]] | None = None,
+                  ) -> tuple[torch.export.ExportedProgram, list[str], FloatFallback | None]:
+    """(the quantized program, the weighted layers that stayed float, what the float fallback measured and
+    left float). fallback: its target and the held-out samples it is measured on (not the calibration
+    samples: the ranges fit those, so they flatter the int8 model)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     prepared = prepare_pt2e(ep.module(check_guards=False), float_paths_only(quantizer))
     for sample in calibration:
         prepared(*sample)
+    record = None
+    if fallback is not None:
+        target, held_out = fallback
+        choice = sensitivity.choose(prepared, held_out, target)
+        nodes = {n.name: n for n in prepared.graph.nodes}
+        record = FloatFallback(budget=target.budget, quantized=choice.quantized,
+                               int8_sqnr_db=round(choice.int8_sqnr_db, 2), kept_sqnr_db=round(choice.kept_sqnr_db, 2),
+                               left_float=[sensitivity.layer_name(nodes[n]) for n in choice.left_float])
+        sensitivity.apply(prepared, choice.observers)
     converted = convert_pt2e(prepared)
-    return reexport(converted), stayed_float(converted)
+    return reexport(converted), stayed_float(converted), record
 
 
 def calibration_samples(recipe: Recipe, export: Export, folder: Path) -> list[list[torch.Tensor]]:

@@ -34,7 +34,7 @@ from deployc.core.errors import BuildError
 from deployc.core.events import Event, EventSink
 from deployc.core.faults import fault_point
 from deployc.core.library_output import captured
-from deployc.plan.build_plan import Export, UnitPlan
+from deployc.plan.build_plan import NOT_JUDGED_SQNR, Export, UnitPlan
 
 if TYPE_CHECKING:
     from deployc.graph.verify import TaskChecks
@@ -263,11 +263,13 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     fault_point("export")
     lap("export")
     float_layers: list[str] = []
+    fallback = None
     if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
         at("quantize")
-        programs["forward"], float_layers = pt2e_quantize(
+        programs["forward"], float_layers, fallback = pt2e_quantize(
             programs["forward"], backend.quantizer(recipe, lower.options), calibration_samples(recipe, export, folder),
-            lambda m: export_model(m, examples["forward"], export.inputs, export.dims))
+            lambda m: export_model(m, examples["forward"], export.inputs, export.dims),
+            _fallback_target(unit) if recipe.float_fallback else None)
         lap("quantize")
 
     at("lower")
@@ -305,7 +307,33 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
         size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
         signatures=signature_facts, methods=methods, measurement=measurement, durations_s=durations,
-        stayed_float=float_layers, **graph)
+        stayed_float=float_layers, float_fallback=fallback, **graph)
+
+
+# Held-out samples the float fallback measures a static scheme on, spread over the verification points:
+# drawn like the verification's inputs, from seeds neither the verification (seed + 1 + i) nor calibration
+# uses. A tiny classifier's SQNR moves by 30 dB from one input to the next (PVT v2: 33.6 and 40.0 dB on
+# two samples, 9.8 on the verification's), so the worst of several is what the search aims above.
+FALLBACK_SAMPLES = 8
+FALLBACK_SEED = 2000
+
+
+def _fallback_target(unit: UnitPlan) -> tuple[Any, list[list[Any]]]:
+    """The float fallback's target (the unit's tolerances; a decoder judged on text only: its scheme's) and
+    its held-out samples."""
+    from deployc.core.quantization import SCHEMES
+    from deployc.graph.inputs import make_inputs
+    from deployc.graph.sensitivity import Target
+
+    v, export, scheme = unit.verify, unit.export, SCHEMES[unit.quantize.recipe.scheme]
+    judged = v.min_sqnr_db > NOT_JUDGED_SQNR
+    target = Target(min_cosine=v.min_cosine if judged else scheme.min_cosine,
+                    min_sqnr_db=v.min_sqnr_db if judged else scheme.min_sqnr_db,
+                    budget=unit.quantize.recipe.float_fallback or 0.0)
+    per_point = -(-FALLBACK_SAMPLES // len(v.points))
+    samples = [make_inputs(export.inputs, point, export.seed + FALLBACK_SEED + per_point * i + j)
+               for i, point in enumerate(v.points) for j in range(per_point)]
+    return target, samples
 
 
 def _task_checks(unit: UnitPlan, model: Any, folder: Path, checks: list[Any], references: list[Any]
@@ -357,8 +385,8 @@ def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: lis
         calls = calibration_calls(static, shapes, _calibration_text(unit, static.decoder.config.vocab_size))
         quantizer = BACKENDS[unit.backend].quantizer(recipe, lower.options)
         for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
-            programs[name], _ = pt2e_quantize(programs[name], quantizer, calls[name],
-                                              _exporter(example_inputs(static.decoder, shapes.context, chunk)))
+            programs[name], _, _ = pt2e_quantize(programs[name], quantizer, calls[name],
+                                                 _exporter(example_inputs(static.decoder, shapes.context, chunk)))
         lap("quantize")
     at("lower")
     graph, program, _ = lower_program(programs, lower, recipe, etrecord=etrecord)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from deployc.core.errors import Diagnostic, ManifestError
-from deployc.core.quantization import DEFAULT_CALIBRATION_SAMPLES, SCHEMES, SchemeName
+from deployc.core.quantization import DEFAULT_CALIBRATION_SAMPLES, DEFAULT_FLOAT_FALLBACK, SCHEMES, SchemeName
 from deployc.core.records import ApiVersion, Frozen, Identifier
 from deployc.core.yaml_io import Document
 from deployc.load.diagnostics import closest, diagnostics_from
@@ -132,6 +132,12 @@ class QuantSpec(Frozen):
         default=True, description="quantize embedding tables too, where the backend has quantized embedding "
                                   "kernels (XNNPACK 8da8w: int8 per row; 8da4w: int4 in groups); false keeps "
                                   "them float")
+    float_fallback: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        default=DEFAULT_FLOAT_FALLBACK,
+        description="static schemes on a unit that runs float operators beside int8 ones (XNNPACK w8a8): when the "
+                    "calibrated model misses the verification tolerance, the largest share of its quantized "
+                    "operators the build may leave float, the most sensitive first (docs/manifest.md, "
+                    "float_fallback); 0 keeps every operator int8")
 
 
     @model_validator(mode="after")
@@ -161,7 +167,8 @@ class QuantSpec(Frozen):
         """This choice's options applied to one candidate (options a scheme does not take are dropped)."""
         s = SCHEMES[scheme]
         return QuantSpec(scheme=scheme, group_size=self.group_size if s.grouped else None,
-                         calibration=self.calibration if s.calibrated else None, embeddings=self.embeddings)
+                         calibration=self.calibration if s.calibrated else None, embeddings=self.embeddings,
+                         float_fallback=self.float_fallback)
 
 
 Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
@@ -447,6 +454,11 @@ def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: An
                  else f"none of {', '.join(named)} takes calibration")
         err((*path, "calibration"), f"{dotted}.calibration: {which}",
             "calibration applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
+    if "float_fallback" in q.model_fields_set and not any(SCHEMES[n].calibrated for n in named):
+        which = (f"scheme '{q.scheme}' is not static" if single
+                 else f"none of {', '.join(named)} is static")
+        err((*path, "float_fallback"), f"{dotted}.float_fallback: {which}",
+            "float_fallback applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
 
 
 def parse_manifest(doc: Document) -> Manifest:

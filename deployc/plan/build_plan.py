@@ -161,6 +161,12 @@ class TaskData(Frozen):
         return {"measure": self.measure, "k": self.topk} if self.measure == "topk" else {"measure": self.measure}
 
 
+# A decoder judged on held-out text: its logits' cosine and SQNR at seeded token ids are reported, and
+# judged only where the manifest sets a tolerance for them (a quantized decoder that keeps its perplexity
+# may still move logits it never ranks first; docs/manifest.md, "Verifying a decoder").
+NOT_JUDGED_COSINE, NOT_JUDGED_SQNR = -1.0, -300.0
+
+
 class Verify(Frozen):
     step: Literal["verify"] = "verify"
     key: str = ""

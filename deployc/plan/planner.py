@@ -32,6 +32,8 @@ from deployc.pipeline.ops import image, op_of
 from deployc.plan import heldout, task_data
 from deployc.plan.build_plan import (
     NOT_CONTENT,
+    NOT_JUDGED_COSINE,
+    NOT_JUDGED_SQNR,
     STEP_ORDER,
     BuildPlan,
     BundlePlan,
@@ -72,11 +74,6 @@ from deployc.plan.resolve import (
 from deployc.plan.toolchain import Toolchain
 from deployc.targets.backends import BACKENDS
 from deployc.targets.profile import DEFAULT_EMULATED_CPU, Budgets, Device, Unit
-
-# A decoder judged on held-out text: its logits' cosine and SQNR at seeded token ids are reported, and
-# judged only where the manifest sets a tolerance for them (a quantized decoder that keeps its perplexity
-# may still move logits it never ranks first; docs/manifest.md, "Verifying a decoder").
-NOT_JUDGED_COSINE, NOT_JUDGED_SQNR = -1.0, -300.0
 
 
 class _Inputs:
@@ -134,6 +131,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     recipe = backend.recipe(r.quantization)
     if scheme not in unit.quantization or recipe is None:
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
+    if recipe.float_fallback and unit.int8_only and not r.tolerances.allow_float_ops:
+        recipe = recipe.model_copy(update={"float_fallback": None})  # its float operators would fail the unit
     if not toolchain.backends[unit.backend].usable:
         return None, f"toolchain not usable here: {toolchain.backends[unit.backend].reason}"
     refused = backend.refusal(r.architecture, scheme) if r.architecture else None

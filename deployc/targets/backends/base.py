@@ -86,6 +86,9 @@ class BackendBase:
     # What verifies its programs when this host's runtime cannot run them: their lowered graph executed
     # in PyTorch with the backend's reference kernels (said in every report); "": the runtime runs them.
     host_reference: str = ""
+    # Runs float operators beside int8 ones in one program, so a static scheme may leave its most sensitive
+    # operators float (quantization.float_fallback; graph/sensitivity.py).
+    float_fallback: bool = False
 
     @property
     def schemes(self) -> frozenset[str]:
@@ -122,6 +125,7 @@ class BackendBase:
             calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
             calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
             calibration_dataset=cal.dataset if cal and scheme.calibrated else None,
+            float_fallback=quant.float_fallback or None if scheme.calibrated and self.float_fallback else None,
         )
 
     def describe(self, recipe: Recipe, options: Mapping[str, Any]) -> str:

@@ -27,10 +27,35 @@ _NORMS = ("aten.layer_norm.default", "aten.native_layer_norm.default", "aten.rms
 def _off_the_residual_stream(node: Any) -> bool:
     """Whether static int8 may quantize `node`. A transformer's residual additions (those feeding a norm)
     stay float: one int8 scale for the whole residual stream costs a tiny ViT 12 dB of SQNR (15 -> 27 dB,
-    measured), and the linears around them are quantized either way. A conv net's adds feed no norm."""
-    if str(node.target) != "aten.add.Tensor":
-        return True
-    return not any(str(user.target) in _NORMS for user in node.users)
+    measured), and the linears around them are quantized either way. A conv net's adds feed no norm. So do
+    the statistics of a norm written out in its operators (RMSNorm, T5's norm: `x * rsqrt(mean(x**2) + eps)`):
+    the mean of squares spans orders of magnitude one int8 scale cannot hold (Gemma 2's first one alone
+    takes the model to 0.9 dB), and the product with its rsqrt reads the residual stream."""
+    target = str(node.target)
+    if target == "aten.add.Tensor" and any(str(user.target) in _NORMS for user in node.users):
+        return False
+    return not _norm_statistics(node)
+
+
+def _squares(node: Any) -> bool:
+    target = str(getattr(node, "target", ""))
+    if target.startswith("aten.pow."):
+        return len(node.args) > 1 and node.args[1] == 2
+    return target == "aten.mul.Tensor" and len(node.args) == 2 and node.args[0] is node.args[1]
+
+
+def _norm_statistics(node: Any) -> bool:
+    """A node of a written-out norm's statistics: the mean of squares, its epsilon, the product with the
+    reciprocal root."""
+    target = str(node.target)
+    args = [a for a in node.args if hasattr(a, "target")]
+    if target.startswith("aten.mean."):
+        return any(_squares(a) for a in args)
+    if target == "aten.add.Tensor":
+        return any(str(a.target).startswith("aten.mean.") and _norm_statistics(a) for a in args)
+    if target == "aten.mul.Tensor":
+        return any(str(a.target) == "aten.rsqrt.default" for a in args)
+    return False
 
 
 def _xnnpack_graph(blob: bytes) -> dict[str, Any] | None:
@@ -98,7 +123,10 @@ class Xnnpack(BackendBase):
                 text += " + " + describe_embedding_weights(recipe.embedding_bits, recipe.group_size)
             return text
         if recipe.method == "pt2e":
-            return "PT2E XNNPACKQuantizer(symmetric, per-channel, static), calibrated"
+            text = "PT2E XNNPACKQuantizer(symmetric, per-channel, static), calibrated"
+            if recipe.float_fallback:
+                text += f"; up to {recipe.float_fallback:.0%} of its operators float where int8 misses the tolerance"
+            return text
         return super().describe(recipe, options)
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
@@ -123,4 +151,4 @@ class Xnnpack(BackendBase):
 BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e"},
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
                   quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend",
-                  external_weights=True, arm64_checked=True)
+                  external_weights=True, arm64_checked=True, float_fallback=True)

@@ -1,0 +1,226 @@
+"""Which operators' static int8 costs a calibrated model its tolerance, and the fewest of them to leave in
+floating point so that it meets it (a static scheme's float fallback: docs/manifest.md, "Static int8's float fallback").
+
+Measured on the prepared (observed, calibrated) model itself: each observer is swapped for a switch that
+fake-quantizes with the observer's own parameters or passes its input through, so one forward pass gives
+the simulated int8 model with any set of operators left float, without calibrating again. The values to
+be int8 are ranked by the error each one alone brings in; the first prefix of that ranking that meets the target
+is kept. Errors spread over many layers (a conv net's convolutions) need a long prefix; the budget caps it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from deployc.graph.metrics import compare
+
+# What the simulated model must reach before the program is lowered: lowering adds its own rounding
+# (XNNPACK's requantization), so the search aims this far above the verification tolerance.
+MARGIN_DB = 3.0
+
+
+@dataclass(frozen=True)
+class Target:
+    min_cosine: float
+    min_sqnr_db: float
+    budget: float  # the largest share of quantized operators that may be left float
+
+
+@dataclass
+class Choice:
+    """What the search measured and kept."""
+
+    quantized: int  # operators that take int8 inputs
+    int8_sqnr_db: float  # the simulated all-int8 model, worst over the samples and outputs
+    kept_sqnr_db: float  # with `left_float` float
+    left_float: list[str] = field(default_factory=list)  # operators (graph node names) in graph order
+    observers: set[str] = field(default_factory=set)  # what apply() switches off to leave them float
+
+
+class _Switch(torch.nn.Module):
+    """An observer's stand-in: fake-quantizes with its parameters when on, passes its input when off."""
+
+    def __init__(self, observer: Any) -> None:
+        super().__init__()
+        self.on = True
+        scale, zero_point = observer.calculate_qparams()
+        self.scale, self.zero_point = scale.float(), zero_point.int()
+        self.low, self.high = int(observer.quant_min), int(observer.quant_max)
+        per_channel = observer.qscheme in (torch.per_channel_symmetric, torch.per_channel_affine)
+        self.axis = int(observer.ch_axis) if per_channel else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.on or not x.dtype.is_floating_point:
+            return x
+        if self.axis is not None:
+            return torch.fake_quantize_per_channel_affine(x, self.scale, self.zero_point, self.axis, self.low,
+                                                          self.high)
+        return torch.fake_quantize_per_tensor_affine(x, float(self.scale), int(self.zero_point), self.low, self.high)
+
+
+def _is_observer(module: Any) -> bool:
+    return hasattr(module, "calculate_qparams") and hasattr(module, "quant_min")
+
+
+@contextmanager
+def _switched(prepared: torch.fx.GraphModule) -> Iterator[dict[str, _Switch]]:
+    """The prepared model with its observers swapped for switches (all on), put back afterwards."""
+    saved = {n.target: prepared.get_submodule(str(n.target)) for n in prepared.graph.nodes
+             if n.op == "call_module" and _is_observer(prepared.get_submodule(str(n.target)))}
+    switches = {str(name): _Switch(observer) for name, observer in saved.items()}
+    for name, switch in switches.items():
+        setattr(prepared, name, switch)
+    try:
+        yield switches
+    finally:
+        for name, observer in saved.items():
+            setattr(prepared, str(name), observer)
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flat(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flat(v)]
+    return []
+
+
+def _worst(prepared: torch.fx.GraphModule, samples: list[list[torch.Tensor]],
+           references: list[list[torch.Tensor]]) -> tuple[float, float]:
+    """(worst cosine, worst SQNR dB) of the model's floating-point outputs over the samples."""
+    cosine, sqnr = 1.0, 300.0
+    with torch.no_grad():
+        for sample, reference in zip(samples, references):
+            for ref, out in zip(reference, _flat(prepared(*sample))):
+                if ref.dtype.is_floating_point:
+                    m = compare(ref.numpy(), out.detach().numpy())
+                    cosine, sqnr = min(cosine, m.cosine), min(sqnr, m.sqnr_db)
+    return cosine, sqnr
+
+
+def _inputs_observed(prepared: torch.fx.GraphModule, switches: dict[str, _Switch]) -> dict[str, list[str]]:
+    """Each operator that takes observed (to be int8) inputs: the switches on those inputs, in graph order."""
+    out: dict[str, list[str]] = {}
+    for node in prepared.graph.nodes:
+        if node.op != "call_function":
+            continue
+        observed = [str(a.target) for a in node.all_input_nodes if a.op == "call_module" and str(a.target) in switches]
+        if observed:
+            out[node.name] = observed
+    return out
+
+
+_WEIGHTED = ("aten.linear.", "aten.conv", "aten.matmul.", "aten.bmm.", "aten.addmm.", "aten.mm.")
+
+
+def _closure(prepared: torch.fx.GraphModule, operators: dict[str, list[str]], off: set[str]) -> set[str]:
+    """`off`, with what XNNPACK needs beside it around each weighted operator (linear, conv, matmul): its
+    input and its weights int8 together or float together (its lowering refuses "Weight and Input should
+    both be quantized"), and int8 weights only where its output is quantized too (else the weights'
+    dequantize stays outside the delegate, which the runtime cannot run). So a float input, weight or
+    output makes its inputs and weights float; its output stays int8 where it can."""
+    inputs: dict[str, set[str]] = {}
+    for node in prepared.graph.nodes:
+        if node.op == "call_function" and node.name in operators and str(node.target).startswith(_WEIGHTED):
+            inputs[node.name] = set(operators[node.name])
+    implies = {name: set(group) for name, group in inputs.items()}
+    for node in prepared.graph.nodes:
+        if node.name in inputs:
+            implies[node.name] |= _outputs(node, operators)
+    off = set(off)
+    while True:
+        more = {o for name, group in implies.items() if group & off for o in inputs[name]} - off
+        if not more:
+            return off
+        off |= more
+
+
+def _outputs(node: Any, operators: dict[str, list[str]]) -> set[str]:
+    """The observers on an operator's output: after it, or after the operators fused to it that read no
+    observed value (conv -> batch norm -> relu: the quantizer observes the relu's output only)."""
+    found: set[str] = set()
+    walk, seen = [node], {node.name}
+    while walk:
+        for user in walk.pop().users:
+            if user.op == "call_module":
+                found.add(str(user.target))
+            elif user.op == "call_function" and user.name not in operators and user.name not in seen:
+                seen.add(user.name)
+                walk.append(user)
+    return found
+
+
+# Prefix lengths of the ranking tried, about 1.4x apart: the simulated error is not monotonic in the
+# prefix (roundings cancel), so the first that meets the target is kept, not the shortest by bisection.
+def _lengths(limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k = max(k + 1, round(k * 1.4))
+    return out
+
+
+def choose(prepared: torch.fx.GraphModule, samples: list[list[torch.Tensor]], target: Target) -> Choice:
+    """The operators of a calibrated, prepared model to leave float; none when its simulated int8 already
+    meets the target (then the program is exactly what the scheme alone makes).
+
+    Observers are ranked by the error each one alone brings into the otherwise float model (worst SQNR when
+    only it quantizes): where the error is one bad range (CvT's class-token concatenation, 6.6 dB alone)
+    that ranking finds it first; where it is spread (a conv net), a longer prefix is needed."""
+    with _switched(prepared) as switches:
+        def measured(on: set[str]) -> tuple[float, float]:
+            for name, s in switches.items():
+                s.on = name in on
+            return _worst(prepared, samples, references)
+
+        for s in switches.values():
+            s.on = False
+        with torch.no_grad():
+            references = [[t.detach().clone() for t in _flat(prepared(*sample))] for sample in samples]
+        operators = _inputs_observed(prepared, switches)
+        every = set(switches)
+        base_cos, base = measured(every)
+        choice = Choice(quantized=len(operators), int8_sqnr_db=base, kept_sqnr_db=base)
+
+        def meets(cosine: float, sqnr: float, margin: float) -> bool:
+            return cosine >= target.min_cosine and sqnr >= target.min_sqnr_db + margin
+
+        if meets(base_cos, base, MARGIN_DB):
+            return choice
+        ranked = [name for _, _, name in sorted((measured({name})[1], i, name) for i, name in enumerate(switches))]
+        limit = int(target.budget * len(operators))
+        passing: tuple[list[str], set[str], float] | None = None
+        for k in _lengths(len(ranked)):
+            off = _closure(prepared, operators, set(ranked[:k]))
+            left = [n for n in operators if set(operators[n]) & off]
+            if len(left) > limit:
+                break
+            cosine, sqnr = measured(every - off)
+            if meets(cosine, sqnr, 0.0) and passing is None:
+                passing = left, off, sqnr  # meets the tolerance itself: kept if the margin is out of reach
+            if meets(cosine, sqnr, MARGIN_DB):
+                passing = left, off, sqnr
+                break
+        if passing:
+            choice.left_float, choice.observers, choice.kept_sqnr_db = passing
+        return choice
+
+
+def apply(prepared: torch.fx.GraphModule, observers: set[str]) -> None:
+    """Leave the named observers' values float in the program convert_pt2e makes: it converts observers
+    into quantize/dequantize pairs and passes any other module through, which export then inlines."""
+    for name in observers:
+        setattr(prepared, name, torch.nn.Identity())
+
+
+def layer_name(node: Any) -> str:
+    """An operator named for a reader: its module path and its op (`encoder.layer.0.attention (matmul)`)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    op = str(node.target).split(".")[-2] if "." in str(node.target) else str(node.target)
+    return f"{next(reversed(stack.values()))[0]} ({op})" if stack else f"{node.name} ({op})"
