@@ -17,13 +17,15 @@ from hf_zoo import ARCHS, manifest, save
 # Decoder (text generation), conv net, detector (DETR: queries, boxes; YOLOS misses w8a8 at 19.2 dB), audio. The encoder family's
 # BERT is tests/test_huggingface.py's (the same config and seed, in fp32, 8da8w and w8a8): not built twice.
 SUBSET = ("llama", "resnet", "detr", "whisper")
+# CvT in w8a8 alone: its class token's concatenation takes static int8 to 4 dB; the float fallback's row.
+ROWS = {(arch, scheme) for arch in SUBSET for scheme in ("fp32", "w8a8")} | {("cvt", "w8a8")}
 
 
 @pytest.fixture(scope="module")
 def coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("coverage")
-    archs = [a for a in ARCHS if a.name in SUBSET]
-    path = make_project(folder / "project", manifest(archs, ["fp32", "w8a8"]), "coverage.yaml")
+    archs = [a for a in ARCHS if a.name in {name for name, _ in ROWS}]
+    path = make_project(folder / "project", manifest(archs, ["fp32", "w8a8"], rows=ROWS), "coverage.yaml")
     assert save(archs, folder / "project" / "hf") == {}
     result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2")
     assert report, result.err[-3000:]
@@ -56,6 +58,18 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
             assert v["tokens"]["matched"] == 32
     if scheme == "w8a8":
         assert unit["quantization"] == "w8a8"
+
+
+
+@pytest.mark.slow
+def test_static_int8_leaves_cvt_s_class_token_float_and_verifies(coverage: dict[str, dict]) -> None:
+    unit = coverage["cvt_w8a8"]
+    assert unit["status"] == "built" and unit["verification"]["status"] == "passed", unit["failure"]
+    fallback = unit["float_fallback"]
+    assert fallback["int8_sqnr_db"] < 10 <= 20 < fallback["kept_sqnr_db"]
+    assert 0 < len(fallback["left_float"]) <= 0.25 * fallback["quantized"]
+    assert any(name.endswith("(cat)") for name in fallback["left_float"])  # the class token's concatenation
+    assert unit["verification"]["metrics"]["min_sqnr_db"] > 20
 
 
 # On the NPU: an encoder whose mask indexing splits the graph into two QNN delegates (BERT), DeiT in

@@ -109,10 +109,16 @@ def test_static_int8_quantizes_the_float_paths_of_a_transformer(hf: Built) -> No
     u = next(u for u in hf.report["units"] if u["model"] == "bert_w8a8")
     assert u["quantization"] == "w8a8" and u["stayed_float"] == []
     assert u["verification"]["metrics"]["min_sqnr_db"] > 35 and "XnnpackBackend" in u["delegates"]
+    assert u["float_fallback"]["left_float"] == []  # its simulated int8 meets the tolerance with room
     # A ViT's residual stream stays float on XNNPACK (one int8 scale for it measured 15 dB, the
-    # default tolerance is 20 dB); its linears and patch convolution are int8.
+    # default tolerance is 20 dB); its linears and patch convolution are int8 but for the few the float
+    # fallback left float (its simulated int8 sat within 3 dB of the tolerance): each one it names.
     vit = next(u for u in hf.report["units"] if u["model"] == "vit_w8a8")
-    assert vit["stayed_float"] == [] and vit["verification"]["metrics"]["min_sqnr_db"] > 20
+    fallback = vit["float_fallback"]
+    assert 0 < len(fallback["left_float"]) <= 0.25 * fallback["quantized"]
+    assert fallback["kept_sqnr_db"] > fallback["int8_sqnr_db"]
+    assert all(any(name.startswith(f"{layer} (") for name in fallback["left_float"]) for layer in vit["stayed_float"])
+    assert vit["verification"]["metrics"]["min_sqnr_db"] > 20
 
 
 @pytest.mark.slow
