@@ -218,3 +218,13 @@ def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_
     assert r.code == 2 and "Traceback" not in r.err
     assert "m.yaml:11" in r.err and "leave the unit out" in r.err and "models.fnet.overrides.snapdragon.unit: unit 'npu' (qnn) cannot build this " \
         "model: cannot build fnet in fp16: aten._fft_c2c" in r.err
+
+
+def test_detr_s_bool_mask_is_refused_in_the_schemes_it_was_measured_in() -> None:
+    from deployc.targets.backends import BACKENDS
+
+    qnn = BACKENDS["qnn"]
+    for model_type in ("detr", "conditional_detr"):
+        for scheme in ("fp16", "w8a8"):
+            assert "no StridedSlice of bool tensors" in (qnn.refusal(model_type, scheme) or ""), (model_type, scheme)
+        assert qnn.refusal(model_type, "16a8w") is None  # not measured: tried, and falls back if it fails
