@@ -13,7 +13,7 @@ from deployc.build.facts import FloatFallback
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.quantization import Recipe
-from deployc.graph import sensitivity
+from deployc.graph import constants, sensitivity
 from deployc.graph.inputs import export_point, make_inputs
 from deployc.plan.build_plan import Export
 
@@ -128,22 +128,25 @@ def share_tied_int4_tables(model: torch.nn.Module, names: list[str]) -> None:
         setattr(parent, attr, PairSwappedEmbedding(getattr(parent, attr)))
 
 
-def _floating(node: Any, model: torch.fx.GraphModule) -> bool:
-    """Whether a graph value is a floating-point tensor (unknown values count as floating). Lifted
+# What quantize_per_tensor takes: a float64 value (RT-DETR's anchors) fails at export ("Expecting input to
+# have dtype torch.float32").
+_QUANTIZABLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _quantizable(node: Any, model: torch.fx.GraphModule) -> bool:
+    """Whether a graph value is a tensor int8 can stand for (unknown values count as one). Lifted
     constants (get_attr) carry no value in their metadata: their tensor is looked up."""
     value = node.meta.get("val") if hasattr(node, "meta") else None
     if value is None and getattr(node, "op", None) == "get_attr":
-        value = model
-        for part in str(node.target).split("."):
-            value = getattr(value, part, None)
-    return not isinstance(value, torch.Tensor) or value.dtype.is_floating_point
+        value = constants.attribute(model, node.target)
+    return not isinstance(value, torch.Tensor) or value.dtype in _QUANTIZABLE
 
 
 def float_paths_only(quantizer: Any) -> Any:
-    """`quantizer`, with its annotations of integer tensors removed. PT2E quantizers annotate every
-    input of the ops they match, and transformers route token, position and index tensors (int64)
+    """`quantizer`, with its annotations of integer and float64 tensors removed. PT2E quantizers annotate
+    every input of the ops they match, and transformers route token, position and index tensors (int64)
     through such ops: observing them fails at calibration ("tensors used as indices must be long ...")
-    or quantizes an index. Only floating-point paths are quantized; integer ones stay as they are."""
+    or quantizes an index. Only float32 (and half) paths are quantized; the others stay as they are."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     class FloatOnly(Quantizer):
@@ -159,8 +162,8 @@ def float_paths_only(quantizer: Any) -> Any:
                 if annotation is None:
                     continue
                 annotation.input_qspec_map = {n: spec for n, spec in annotation.input_qspec_map.items()
-                                              if _floating(n, model)}
-                if not _floating(node, model):
+                                              if _quantizable(n, model)}
+                if not _quantizable(node, model):
                     annotation.output_qspec = None
             return model
 
@@ -173,12 +176,13 @@ def float_paths_only(quantizer: Any) -> Any:
 def _restore_integer_scalars(model: torch.fx.GraphModule) -> None:
     """XNNPACK's quantizer turns the scalar of every add/mul into a float32 tensor constant so that it
     can be observed, integer arithmetic included (position ids: arange + offset), which makes those
-    results float and breaks the indexing they feed. Integer ops get their scalar back."""
+    results float and breaks the indexing they feed. Ops that are not quantized (integer, float64) get
+    their scalar back."""
     changed = False
     for node in model.graph.nodes:
         if node.op != "call_function" or node.target not in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor):
             continue
-        if _floating(node, model):
+        if _quantizable(node, model):
             continue
         args = []
         for arg in node.args:
@@ -222,7 +226,9 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
     samples: the ranges fit those, so they flatter the int8 model)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(ep.module(check_guards=False), float_paths_only(quantizer))
+    module = ep.module(check_guards=False)
+    constants.fold_parameter_slices(module)
+    prepared = prepare_pt2e(module, float_paths_only(quantizer))
     for sample in calibration:
         prepared(*sample)
     record = None
@@ -235,6 +241,7 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
                                left_float=[sensitivity.layer_name(nodes[n]) for n in choice.left_float])
         sensitivity.apply(prepared, choice.observers)
     converted = convert_pt2e(prepared)
+    constants.fold_constant_quantizes(converted)
     return reexport(converted), stayed_float(converted), record
 
 

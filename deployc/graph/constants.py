@@ -1,0 +1,107 @@
+"""Chains of operators computed from parameters alone, folded into the tensors they amount to, where a
+backend needs a static tensor and the model computes one (docs/architecture.md, "graph")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# Ops that only move or select a tensor's elements: a chain of them from parameters alone is a parameter.
+_REARRANGING = frozenset({
+    "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.slice.Tensor",
+    "aten.select.int", "aten.narrow.default", "aten.cat.default", "aten.view.default", "aten.reshape.default",
+    "aten._unsafe_view.default", "aten.unflatten.int", "aten.t.default", "aten.transpose.int",
+    "aten.permute.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
+    "aten.contiguous.default", "aten.clone.default", "<built-in function getitem>"})
+_QUANTIZES = frozenset({"quantized_decomposed.quantize_per_tensor.default",
+                        "quantized_decomposed.quantize_per_channel.default"})
+
+
+def attribute(model: torch.nn.Module, target: Any) -> Any:
+    """A get_attr node's value (None where the path names nothing)."""
+    value: Any = model
+    for part in str(target).split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def fold_parameter_slices(model: torch.fx.GraphModule) -> int:
+    """Replace each parameter that reaches an operator through splits, slices or concatenations by the
+    tensor it amounts to, before quantization sees the graph. nn.MultiheadAttention splits one packed
+    `in_proj_bias` into the q/k/v biases (SigLIP's pooling head); WavLM concatenates three biases to pass
+    them packed, and the quantizer, which quantizes a concatenation, would make those biases int8.
+    XNNPACK takes a linear only where its bias is a static tensor, and a linear left out leaves its int8
+    weight's dequantize outside the delegate, which the runtime cannot run ("Missing out variants:
+    dequantize_per_channel"). Moving elements changes no value, and nothing grows: a repeat or expand of a
+    parameter is left alone. Returns how many tensors were folded."""
+    return _fold(model, lambda node: str(node.target) in _REARRANGING)
+
+
+def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
+    """Replace each quantize of a constant by its int8 tensor, as convert_pt2e does for weights. convert_pt2e
+    leaves it where the graph writes in place anywhere near the constant (its folder then treats every
+    producer as mutable): RT-DETR's scalar constants, whose quantize XNNPACK's channels-last pass cannot take
+    ("invalid index of a 0-dim tensor"). A quantize is folded only where its constant is read by quantizes
+    alone, so no in-place write reaches it."""
+    return _fold(model, lambda node: str(node.target) in _QUANTIZES and all(
+        str(u.target) in _QUANTIZES for a in node.all_input_nodes if a.op == "get_attr" for u in a.users))
+
+
+def _from_parameters(node: Any, link: Callable[[Any], bool]) -> bool:
+    if node.op == "get_attr":
+        return True
+    return (node.op == "call_function" and link(node)
+            and all(_from_parameters(a, link) for a in node.all_input_nodes))
+
+
+def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
+    """Fold every chain of `link` operators that starts at constants (get_attr) at its last link."""
+    values: dict[Any, Any] = {}
+
+    def value(node: Any) -> Any:
+        if node not in values:
+            if node.op == "get_attr":
+                values[node] = attribute(model, node.target)
+            else:
+                args = torch.fx.node.map_arg(node.args, value)
+                kwargs = torch.fx.node.map_arg(node.kwargs, value)
+                values[node] = node.target(*args, **kwargs)
+        return values[node]
+
+    folded = 0
+    with torch.no_grad():  # a parameter's slice would otherwise carry autograd history, which export cannot copy
+        for node in list(model.graph.nodes):
+            if node.op != "call_function" or not _from_parameters(node, link):
+                continue
+            if all(_from_parameters(user, link) for user in node.users):
+                continue  # an inner link of the chain: its end is folded
+            tensor = value(node)
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            name = _free_name(model)
+            model.register_buffer(name, tensor.detach().clone().contiguous())
+            with model.graph.inserting_before(node):
+                constant = model.graph.get_attr(name)
+            constant.meta.update(node.meta)
+            node.replace_all_uses_with(constant)
+            folded += 1
+    if not folded:
+        return 0
+    read_before = {str(n.target) for n in values if n.op == "get_attr"}
+    model.graph.eliminate_dead_code()
+    # a packed parameter now read by nothing would stay in the program beside its slices
+    read = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
+    for name in read_before - read:
+        owner, _, leaf = name.rpartition(".")
+        delattr(model.get_submodule(owner), leaf)
+    model.recompile()
+    return folded
+
+
+def _free_name(model: torch.nn.Module) -> str:
+    index = 0
+    while hasattr(model, f"_deployc_folded_{index}"):
+        index += 1
+    return f"_deployc_folded_{index}"

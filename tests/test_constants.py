@@ -1,0 +1,90 @@
+"""Parameter chains folded into the tensors they amount to (graph/constants.py): the packed q/k/v of
+nn.MultiheadAttention and a quantize that convert_pt2e leaves on a constant, which XNNPACK could not take,
+and a float64 path static int8 leaves alone; each built in w8a8 and verified against eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.ao.quantization.fx._decomposed  # registers the quantized_decomposed ops
+from conftest import build_project
+from fixtures import testnets
+
+from deployc.graph import constants
+
+
+def test_a_packed_projection_s_slices_become_parameters_and_the_packed_ones_go() -> None:
+    model, x = testnets.attention_pool(), torch.rand(1, 6, 8)
+    module = torch.export.export(model, (x,)).module()
+    assert sum("split" in str(n.target) for n in module.graph.nodes) == 2  # in_proj weight and bias
+    assert constants.fold_parameter_slices(module) == 4  # q and kv, weight and bias
+    assert not any("split" in str(n.target) or "getitem" in str(n.target) for n in module.graph.nodes)
+    names = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
+    assert not {"attention.in_proj_weight", "attention.in_proj_bias"} & names
+    assert "probe" in names  # repeated, not sliced: left as it is
+    assert torch.equal(module(x), model(x))
+    assert constants.fold_parameter_slices(module) == 0
+
+
+class _Quantizes(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("alone", torch.tensor(0.7))
+        self.register_buffer("shared", torch.tensor([1.0, -2.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ops = torch.ops.quantized_decomposed
+        out = x + self.shared
+        for constant in (self.alone, self.shared):
+            q = ops.quantize_per_tensor.default(constant, 0.02, 0, -128, 127, torch.int8)
+            out = out + ops.dequantize_per_tensor.default(q, 0.02, 0, -128, 127, torch.int8)
+        return out
+
+
+def test_a_constant_s_quantize_is_folded_where_nothing_else_reads_it() -> None:
+    x = torch.rand(2)
+    module = torch.export.export(_Quantizes(), (x,)).module()
+    expected = module(x)
+    assert constants.fold_constant_quantizes(module) == 1
+    quantizes = [n for n in module.graph.nodes if str(n.target) == "quantized_decomposed.quantize_per_tensor.default"]
+    assert [q.args[0].target for q in quantizes] == ["shared"]  # read by the add too: left as it is
+    folded = next(b for n, b in module.named_buffers() if n.startswith("_deployc_folded"))
+    assert folded.dtype == torch.int8 and folded.item() == 35  # 0.7 / 0.02
+    assert not hasattr(module, "alone")
+    assert torch.equal(module(x), expected)
+
+
+MANIFEST = """\
+apiVersion: deployc/v1
+name: folded
+version: 0.1.0
+targets: [arduino_q]
+models:
+  pooled:
+    source: {factory: "models.testnets:attention_pool"}
+    inputs:
+      x: {shape: [1, 6, 8], range: [-1, 1]}
+    quantization: {scheme: w8a8}
+  wide:
+    source: {factory: "models.testnets:float64_branch"}
+    inputs:
+      x: {shape: [1, 6, 8], range: [-1, 1]}
+    quantization: {scheme: w8a8}
+"""
+
+
+def test_attention_pooling_and_a_float64_branch_build_in_static_int8_and_verify(tmp_path: Path) -> None:
+    # Before: "Missing out variants: dequantize_per_channel" (the pooling head's linears left outside
+    # XNNPACK, then the MCU unit failed too) and "Expecting input to have dtype torch.float32" (the float64
+    # concatenation observed).
+    built = build_project(tmp_path, MANIFEST, "folded.yaml")
+    units = {u["model"]: u for u in built.report["units"]}
+    for name in ("pooled", "wide"):
+        unit = units[name]
+        assert unit["status"] == "built" and unit["verification"]["status"] == "passed", unit["failure"]
+        assert unit["verification"]["metrics"]["min_sqnr_db"] > 20
+    assert units["pooled"]["non_delegated_ops"] == [] or all(
+        "linear" not in op and "addmm" not in op for op in units["pooled"]["non_delegated_ops"])
+    # the float64 arithmetic runs outside the delegate, in float64, as in eager
+    assert {"aten.cat.default", "aten.sin.default"} <= set(units["wide"]["non_delegated_ops"])
