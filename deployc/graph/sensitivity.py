@@ -85,13 +85,9 @@ def _switched(prepared: torch.fx.GraphModule) -> Iterator[dict[str, _Switch]]:
 
 
 def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat(v)]
-    return []
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _worst(prepared: torch.fx.GraphModule, samples: list[list[torch.Tensor]],
