@@ -3,6 +3,7 @@ backend needs a static tensor and the model computes one (docs/architecture.md, 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -43,17 +44,47 @@ def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
     """Replace each quantize of a constant by its int8 tensor, as convert_pt2e does for weights. convert_pt2e
     leaves it where the graph writes in place anywhere near the constant (its folder then treats every
     producer as mutable): RT-DETR's scalar constants, whose quantize XNNPACK's channels-last pass cannot take
-    ("invalid index of a 0-dim tensor"). A quantize is folded only where its constant is read by quantizes
-    alone, so no in-place write reaches it."""
-    return _fold(model, lambda node: str(node.target) in _QUANTIZES and all(
-        str(u.target) in _QUANTIZES for a in node.all_input_nodes if a.op == "get_attr" for u in a.users))
+    ("invalid index of a 0-dim tensor")."""
+    return _fold(model, lambda node: str(node.target) in _QUANTIZES)
 
 
-def _from_parameters(node: Any, link: Callable[[Any], bool]) -> bool:
+def _storage(node: Any) -> Any:
+    """The node whose tensor `node` is a view of (itself where it is not a view): a view op's, an in-place
+    op's or a split's getitem's first argument, followed up."""
+    while node.args and isinstance(node.args[0], torch.fx.Node) and _aliases(node.target):
+        node = node.args[0]
+    return node
+
+
+def _aliases(target: Any) -> bool:
+    if target is operator.getitem:
+        return True
+    return (isinstance(target, torch._ops.OpOverload) and bool(target._schema.returns)
+            and target._schema.returns[0].alias_info is not None)
+
+
+def _written(graph: torch.fx.Graph) -> set[Any]:
+    """The tensors (by the node that made their storage) that some op of the graph writes in place: a
+    buffer it updates, a copy into a slice, an `add_`."""
+    out = set()
+    for node in graph.nodes:
+        if not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for argument, value in zip(node.target._schema.arguments, node.args):
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.fx.Node):
+                out.add(_storage(value))
+    return out
+
+
+def _from_parameters(node: Any, link: Callable[[Any], bool], written: set[Any]) -> bool:
+    """Whether `node` is computed by `link` ops from constants alone, none of it written in place (a folded
+    tensor would no longer alias what is written)."""
+    if _storage(node) in written:
+        return False
     if node.op == "get_attr":
         return True
     return (node.op == "call_function" and link(node)
-            and all(_from_parameters(a, link) for a in node.all_input_nodes))
+            and all(_from_parameters(a, link, written) for a in node.all_input_nodes))
 
 
 def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
@@ -70,12 +101,13 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
                 values[node] = node.target(*args, **kwargs)
         return values[node]
 
+    written = _written(model.graph)
     folded = 0
     with torch.no_grad():  # a parameter's slice would otherwise carry autograd history, which export cannot copy
         for node in list(model.graph.nodes):
-            if node.op != "call_function" or not _from_parameters(node, link):
+            if node.op != "call_function" or not _from_parameters(node, link, written):
                 continue
-            if all(_from_parameters(user, link) for user in node.users):
+            if all(_from_parameters(user, link, written) for user in node.users):
                 continue  # an inner link of the chain: its end is folded
             tensor = value(node)
             if not isinstance(tensor, torch.Tensor):
