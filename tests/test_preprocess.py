@@ -139,10 +139,17 @@ def test_log_mel_matches_whisper_feature_extractor() -> None:
     from transformers import WhisperFeatureExtractor
 
     x = _tone(3.0, 16000, 1)[:, 0]
-    want = WhisperFeatureExtractor()(x, sampling_rate=16000, return_tensors="np")["input_features"][0]
-    got = S.log_mel(np.pad(x, (0, 480000 - x.size)), WHISPER)
+    extractor = WhisperFeatureExtractor()
+    want = extractor(x, sampling_rate=16000, return_tensors="np")["input_features"][0]
+    padded = np.pad(x, (0, 480000 - x.size))
+    got = S.log_mel(padded, WHISPER)
     assert got.shape == want.shape == (80, 3000)
-    assert np.abs(got - want).max() < 1e-5
+    # The extractor's default path computes its STFT in float32 through torch, whose rounding moves from
+    # run to run (1.8e-5 and 3.2e-5 from us, 2.8e-5 from its own numpy path, measured on one machine);
+    # its numpy path is the same arithmetic as ours.
+    reference = extractor._np_extract_fbank_features(padded.astype(np.float32)[None], "cpu")[0]
+    assert np.abs(got - reference).max() < 1e-5
+    assert np.abs(got - want).max() < 1e-4
 
 
 def test_wav_decoding_and_resampling() -> None:
