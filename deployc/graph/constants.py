@@ -36,7 +36,8 @@ def fold_parameter_slices(model: torch.fx.GraphModule) -> int:
     XNNPACK takes a linear only where its bias is a static tensor, and a linear left out leaves its int8
     weight's dequantize outside the delegate, which the runtime cannot run ("Missing out variants:
     dequantize_per_channel"). Moving elements changes no value, and nothing grows: a repeat or expand of a
-    parameter is left alone. Returns how many tensors were folded."""
+    parameter is left alone, and so is anything the graph writes in place. Returns how many tensors were
+    folded."""
     return _fold(model, lambda node: str(node.target) in _REARRANGING)
 
 
