@@ -220,7 +220,7 @@ def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_
         "model: cannot build fnet in fp16: aten._fft_c2c" in r.err
 
 
-def test_detr_s_bool_mask_is_refused_in_the_schemes_it_was_measured_in() -> None:
+def test_detr_rt_detr_and_wavlm_are_refused_in_the_schemes_they_were_measured_in() -> None:
     from deployc.targets.backends import BACKENDS
 
     qnn = BACKENDS["qnn"]
@@ -228,3 +228,7 @@ def test_detr_s_bool_mask_is_refused_in_the_schemes_it_was_measured_in() -> None
         for scheme in ("fp16", "w8a8"):
             assert "no StridedSlice of bool tensors" in (qnn.refusal(model_type, scheme) or ""), (model_type, scheme)
         assert qnn.refusal(model_type, "16a8w") is None  # not measured: tried, and falls back if it fails
+    assert "has incorrect Rank 6" in (qnn.refusal("rt_detr", "w8a8") or "")
+    assert "HTP Op 'MatMul'" in (qnn.refusal("wavlm", "w8a8") or "")
+    for model_type in ("rt_detr", "wavlm"):  # both lower in fp16
+        assert qnn.refusal(model_type, "fp16") is None and qnn.refusal(model_type, "16a8w") is None

@@ -34,6 +34,7 @@ W8A8_16BIT_OPS: frozenset[str] = frozenset({"add", "layer_norm"})
 # before lowering anything (docs/qnn.md, "Refused at plan time").
 _FP16 = frozenset({"fp16"})  # measured in fp16 only: the other schemes are tried
 _FP16_W8A8 = frozenset({"fp16", "w8a8"})
+_W8A8 = frozenset({"w8a8"})  # measured in w8a8 only (both lower in fp16)
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
     "fnet": (None, "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, has no QNN op and its "
                    "complex64 tensors stop QNN's lowering (\"KeyError: torch.complex64\")"),
@@ -44,6 +45,11 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                          "no context binary"),
     "conditional_detr": (_FP16_W8A8, "the HTP has no StridedSlice of bool tensors (aten.select_copy of the "
                                      "pixel mask): no context binary"),
+    "rt_detr": (_W8A8, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable attention: "
+                       "\"has incorrect Rank 6\")"),
+    "wavlm": (_W8A8, "QNN's op validation refuses the HTP MatMul's int8 input/output datatype mix in WavLM's gated "
+                     "relative-position attention (\"Unsupported input/output datatypes requested for the HTP Op "
+                     "'MatMul'\")"),
     "siglip_vision_model": (_FP16, "HTP graph prepare fails on the patch convolution (fp16 conv activations: "
                                    "\"mismatched scale and bias dimensions\")"),
 }
