@@ -116,4 +116,11 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: fp16
+  masked_w8a8:
+    source: {factory: "models.testnets:masked_encoder", kwargs: {vocab: 200, dim: 32}}
+    inputs:
+      input_ids: {shape: [1, 16], dtype: int64, range: [0, 199]}
+      attention_mask: {shape: [1, 16], dtype: int64, range: [1, 1]}
+    outputs: {embedding: {shape: [1, 32]}}
+    quantization: w8a8
 """

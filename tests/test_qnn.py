@@ -40,6 +40,14 @@ def test_every_scheme_is_lowered_whole_and_verified_on_the_emulator(npu: Built, 
     assert v["metrics"]["min_sqnr_db"] > floor and v["metrics"]["min_cosine"] > 0.98
 
 
+def test_an_integer_mask_cast_to_float_runs_on_the_cpu_and_the_program_verifies(npu: Built) -> None:
+    """The HTP's Cast of an integer into a quantized tensor lost the mask (DeBERTa: cosine 0 in w8a8)."""
+    u = _unit(npu, "masked_w8a8")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["verification"]["metrics"]["min_sqnr_db"] > 20.0
+    assert u["non_delegated_ops"] == ["dim_order_ops._to_dim_order_copy.default"], u["non_delegated_ops"]
+
+
 def test_the_runtime_config_says_what_the_phone_needs(npu: Built) -> None:
     config = json.loads((npu.out / "npu" / "1.0.0" / "snapdragon" / "runtime.json").read_text())
     program = next(p for p in config["programs"] if p["name"] == "conv_16a8w")
