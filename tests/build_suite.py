@@ -123,4 +123,9 @@ models:
       attention_mask: {shape: [1, 16], dtype: int64, range: [1, 1]}
     outputs: {embedding: {shape: [1, 32]}}
     quantization: w8a8
+  linear_bn_16a8w:
+    source: {factory: "models.testnets:linear_batch_norm"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: 16a8w
 """

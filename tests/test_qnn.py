@@ -48,6 +48,13 @@ def test_an_integer_mask_cast_to_float_runs_on_the_cpu_and_the_program_verifies(
     assert u["non_delegated_ops"] == ["dim_order_ops._to_dim_order_copy.default"], u["non_delegated_ops"]
 
 
+def test_a_batch_norm_after_a_linear_is_folded_and_the_16_bit_program_verifies(npu: Built) -> None:
+    """The HTP computed LeViT's batch norm over a linear's rows wrongly with 16-bit activations (cosine 0)."""
+    u = _unit(npu, "linear_bn_16a8w")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["verification"]["metrics"]["min_sqnr_db"] > 25.0 and u["delegated_share"] == 1.0
+
+
 def test_the_runtime_config_says_what_the_phone_needs(npu: Built) -> None:
     config = json.loads((npu.out / "npu" / "1.0.0" / "snapdragon" / "runtime.json").read_text())
     program = next(p for p in config["programs"] if p["name"] == "conv_16a8w")

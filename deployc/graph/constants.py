@@ -113,28 +113,33 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
             tensor = value(node)
             if not isinstance(tensor, torch.Tensor):
                 continue
-            name = _free_name(model)
-            model.register_buffer(name, tensor.detach().clone().contiguous())
+            name = register(model, tensor)
             with model.graph.inserting_before(node):
                 constant = model.graph.get_attr(name)
             constant.meta.update(node.meta)
             node.replace_all_uses_with(constant)
             folded += 1
-    if not folded:
-        return 0
-    read_before = {str(n.target) for n in values if n.op == "get_attr"}
-    model.graph.eliminate_dead_code()
-    # a packed parameter now read by nothing would stay in the program beside its slices
-    read = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
-    for name in read_before - read:
-        owner, _, leaf = name.rpartition(".")
-        delattr(model.get_submodule(owner), leaf)
-    model.recompile()
+    if folded:
+        drop_unread(model, {str(n.target) for n in values if n.op == "get_attr"})
     return folded
 
 
-def _free_name(model: torch.nn.Module) -> str:
+def drop_unread(model: torch.fx.GraphModule, names: set[str]) -> None:
+    """Remove dead nodes, then those of the named attributes nothing reads any more: a packed parameter
+    read by nothing would stay in the program beside its slices."""
+    model.graph.eliminate_dead_code()
+    read = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
+    for name in names - read:
+        owner, _, leaf = name.rpartition(".")
+        delattr(model.get_submodule(owner), leaf)
+    model.recompile()
+
+
+def register(model: torch.nn.Module, tensor: torch.Tensor) -> str:
+    """Keep `tensor` as a new buffer of `model`; returns its name, for a get_attr node."""
     index = 0
     while hasattr(model, f"_deployc_folded_{index}"):
         index += 1
-    return f"_deployc_folded_{index}"
+    name = f"_deployc_folded_{index}"
+    model.register_buffer(name, tensor.detach().clone().contiguous())
+    return name

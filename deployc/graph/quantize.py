@@ -13,7 +13,7 @@ from deployc.build.facts import FloatFallback
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.quantization import Recipe
-from deployc.graph import constants, sensitivity
+from deployc.graph import batch_norm, constants, sensitivity
 from deployc.graph.inputs import export_point, make_inputs
 from deployc.plan.build_plan import Export
 
@@ -228,6 +228,7 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
 
     module = ep.module(check_guards=False)
     constants.fold_parameter_slices(module)
+    batch_norm.fold_into_linears(module)
     prepared = prepare_pt2e(module, float_paths_only(quantizer))
     for sample in calibration:
         prepared(*sample)

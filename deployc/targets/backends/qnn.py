@@ -29,6 +29,11 @@ CONTEXT_STAMP_BYTES = 8
 # w8a8 on the NPU keeps these kinds of operator's activations at 16 bits, every other at 8 (measured
 # per kind of operator with benchmarks/qnn_sensitivity.py; docs/qnn.md "w8a8's 16-bit operators").
 W8A8_16BIT_OPS: frozenset[str] = frozenset({"add", "layer_norm"})
+# The smallest step a softmax's input is quantized at. The HTP's 16-bit softmax went wrong below ~4e-6
+# (measured on LeViT's attention, whose scores span +-0.02: at the observed step 7e-7, and at 2e-6, its
+# output was 12 dB from eager's where the fake-quantized model had 74 dB; at 5e-6 and above it matched
+# the simulation to 84 dB). A logit step of 2^-16 moves no softmax output by more than 2^-16 of itself.
+SOFTMAX_MIN_SCALE = 2.0**-16
 # Architectures (a directory's model_type) the HTP does not take, measured with benchmarks/coverage.py
 # --unit npu: the schemes (None: all) and what fails, naming the op. The planner passes the unit over
 # before lowering anything (docs/qnn.md, "Refused at plan time").
@@ -39,7 +44,7 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
     "fnet": (None, "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, has no QNN op and its "
                    "complex64 tensors stop QNN's lowering (\"KeyError: torch.complex64\")"),
     "convbert": (_FP16, "QNN's DecomposeColIm pass fails on ConvBERT's span convolution (its unfold)"),
-    "falcon": (_FP16, "QNN's DecomposeScaledDotProductAttention pass fails on Falcon's attention"),
+    "falcon": (None, "QNN's DecomposeScaledDotProductAttention pass fails on Falcon's attention"),
     # The pixel mask is bool in every scheme: measured in fp16 and w8a8 (2026-12-02), not yet in 16a8w.
     "detr": (_FP16_W8A8, "the HTP has no StridedSlice of bool tensors (aten.select_copy of DETR's pixel mask): "
                          "no context binary"),
@@ -102,7 +107,7 @@ class Qnn(BackendBase):
         if recipe.method == "pt2e":
             sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
             return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, per-channel weights, MinMax "
-                    f"activation observers), calibrated; HTP for {soc}")
+                    f"activation observers, softmax inputs at a step of at least 2^-16), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
 
     def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
@@ -141,7 +146,7 @@ class Qnn(BackendBase):
             return {"quant_dtype": getattr(QuantDtype, dtype), "is_conv_per_channel": True,
                     "is_linear_per_channel": True, "act_observer": MinMaxObserver}
 
-        quantizer = QnnQuantizer()
+        quantizer = _floored_softmax(QnnQuantizer)()
         quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
         if activation_bits is None:
             activation_bits = dict.fromkeys(W8A8_16BIT_OPS, 16) if recipe.scheme == "w8a8" else {}
@@ -204,6 +209,38 @@ class Qnn(BackendBase):
         )
 
         return {"segment_alignment": get_qnn_context_binary_alignment()}
+
+
+def _floored_softmax(base: type) -> type:
+    """QnnQuantizer, with every softmax's input observed at a step of at least SOFTMAX_MIN_SCALE. The floor
+    goes on the producer's output too: the softmax reads the tensor its producer's observer quantized."""
+    import dataclasses
+
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    def floored(spec: Any) -> Any:
+        if not isinstance(spec, QuantizationSpec):
+            return spec
+        made = spec.observer_or_fake_quant_ctr  # an observer class, or a partial of one (QNN's eps in it)
+        partial = getattr(made, "p", None)
+        cls, kwargs = (partial.func, dict(partial.keywords)) if partial is not None else (made, {})
+        kwargs["eps"] = max(float(kwargs.get("eps", 0.0)), SOFTMAX_MIN_SCALE)
+        return dataclasses.replace(spec, observer_or_fake_quant_ctr=cls.with_args(**kwargs))
+
+    class Quantizer(base):
+        def annotate(self, model: Any) -> Any:
+            model = super().annotate(model)
+            for node in model.graph.nodes:
+                ours = node.meta.get("quantization_annotation")
+                if node.op != "call_function" or op_kind(node) != "softmax" or ours is None:
+                    continue
+                ours.input_qspec_map = {k: floored(v) for k, v in ours.input_qspec_map.items()}
+                theirs = node.args[0].meta.get("quantization_annotation")
+                if theirs is not None:
+                    theirs.output_qspec = floored(theirs.output_qspec)
+            return model
+
+    return Quantizer
 
 
 _CASTS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default")
