@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from build_suite import QNN_SCHEMES, QNN_SUITE
 from conftest import Built, build_json, make_project
 
@@ -247,3 +248,35 @@ def test_detr_rt_detr_and_wavlm_are_refused_in_the_schemes_they_were_measured_in
     assert "HTP Op 'MatMul'" in (qnn.refusal("wavlm", "w8a8") or "")
     for model_type in ("rt_detr", "wavlm"):  # both lower in fp16
         assert qnn.refusal(model_type, "fp16") is None and qnn.refusal(model_type, "16a8w") is None
+
+
+class _TinyScores(torch.nn.Module):
+    """Attention scores spanning +-0.01, as a tiny random model's (LeViT's) are."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q @ k.transpose(-2, -1) * 0.01).softmax(dim=-1)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "16a8w"])
+def test_a_softmax_input_is_quantized_at_a_step_of_at_least_2_to_the_minus_16(scheme: str) -> None:
+    """The HTP's 16-bit softmax went wrong at LeViT's step of 7e-7 (12 dB where the simulation had 74)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from deployc.core.quantization import Recipe
+    from deployc.targets.backends.qnn import BACKEND, SOFTMAX_MIN_SCALE
+
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(1, 8, 4, generator=gen) - 0.5, torch.rand(1, 8, 4, generator=gen) - 0.5)
+    model = _TinyScores()
+    quantizer = BACKEND.quantizer(Recipe(scheme=scheme, method="pt2e"), {})
+    prepared = prepare_pt2e(torch.export.export(model, x).module(), quantizer)
+    prepared(*x)
+    converted = convert_pt2e(prepared)
+    softmax = next(n for n in converted.graph.nodes if "softmax" in str(n.target))
+    dequantize = softmax.args[0]
+    assert "dequantize" in str(dequantize.target)
+    scores = x[0] @ x[1].transpose(-2, -1) * 0.01
+    if scheme == "16a8w":  # MinMax alone would have chosen a step below the floor
+        assert float(scores.max() - scores.min()) / 65535 < SOFTMAX_MIN_SCALE / 10
+    assert dequantize.args[1] >= SOFTMAX_MIN_SCALE
+    torch.testing.assert_close(converted(*x), model(*x), atol=1e-3, rtol=0)
