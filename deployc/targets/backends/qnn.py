@@ -29,7 +29,7 @@ CONTEXT_STAMP_BYTES = 8
 # w8a8 on the NPU keeps these kinds of operator's activations at 16 bits, every other at 8 (measured
 # per kind of operator with benchmarks/qnn_sensitivity.py; docs/qnn.md "w8a8's 16-bit operators").
 W8A8_16BIT_OPS: frozenset[str] = frozenset({"add", "layer_norm"})
-# The smallest step a softmax's input is quantized at. The HTP's 16-bit softmax went wrong below ~4e-6
+# The smallest step a softmax's input is quantized at. The HTP's 16-bit softmax went wrong below 2e-6 to 5e-6
 # (measured on LeViT's attention, whose scores span +-0.02: at the observed step 7e-7, and at 2e-6, its
 # output was 12 dB from eager's where the fake-quantized model had 74 dB; at 5e-6 and above it matched
 # the simulation to 84 dB). A logit step of 2^-16 moves no softmax output by more than 2^-16 of itself.
