@@ -19,13 +19,39 @@ def test_a_packed_projection_s_slices_become_parameters_and_the_packed_ones_go()
     model, x = testnets.attention_pool(), torch.rand(1, 6, 8)
     module = torch.export.export(model, (x,)).module()
     assert sum("split" in str(n.target) for n in module.graph.nodes) == 2  # in_proj weight and bias
-    assert constants.fold_parameter_slices(module) == 4  # q and kv, weight and bias
+    assert constants.fold_parameter_chains(module) == 4  # q and kv, weight and bias
     assert not any("split" in str(n.target) or "getitem" in str(n.target) for n in module.graph.nodes)
     names = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
     assert not {"attention.in_proj_weight", "attention.in_proj_bias"} & names
     assert "probe" in names  # repeated, not sliced: left as it is
     assert torch.equal(module(x), model(x))
-    assert constants.fold_parameter_slices(module) == 0
+    assert constants.fold_parameter_chains(module) == 0
+
+
+class _GemmaNorm(torch.nn.Module):
+    """Gemma's RMS norm: the weight stored as an offset from 1, cast and added in the graph; beside it, a
+    parameter broadcast against another into a larger tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8) * 0.1)
+        self.rows, self.columns = torch.nn.Parameter(torch.randn(6, 1)), torch.nn.Parameter(torch.randn(1, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return normed * (1.0 + self.weight.float()) + (self.rows + self.columns)
+
+
+def test_a_norm_s_one_plus_weight_is_folded_and_a_broadcast_that_grows_is_not() -> None:
+    torch.manual_seed(0)
+    model, x = _GemmaNorm().eval(), torch.rand(1, 6, 8)
+    module = torch.export.export(model, (x,)).module()
+    assert constants.fold_parameter_chains(module) == 1
+    adds = [n for n in module.graph.nodes if str(n.target) == "aten.add.Tensor"]
+    assert len(adds) == 3  # the norm's eps, the output's sum, and the broadcast rows + columns
+    assert all(a.args[0].op != "get_attr" or a.args[1] != 1.0 for a in adds)
+    assert "weight" not in {n for n, _ in module.named_parameters()}
+    torch.testing.assert_close(module(x), model(x), rtol=0, atol=0)
 
 
 class _WrittenSlice(torch.nn.Module):
@@ -45,7 +71,7 @@ def test_a_graph_that_writes_in_place_keeps_its_slices() -> None:
     model, x = _WrittenSlice().eval(), torch.rand(1, 6, 8)
     module = torch.export.export(model, (x,)).module()
     assert any(str(n.target) == "aten.copy_.default" for n in module.graph.nodes)
-    assert constants.fold_parameter_slices(module) == 0  # folding the slice would lose the write
+    assert constants.fold_parameter_chains(module) == 0  # folding the slice would lose the write
     assert torch.equal(module(x), model(x))
 
 

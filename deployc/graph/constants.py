@@ -16,6 +16,12 @@ _REARRANGING = frozenset({
     "aten._unsafe_view.default", "aten.unflatten.int", "aten.t.default", "aten.transpose.int",
     "aten.permute.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
     "aten.contiguous.default", "aten.clone.default", "<built-in function getitem>"})
+# Elementwise arithmetic: on parameters alone it computes a parameter (Gemma's norms scale by `1 + weight`).
+_ELEMENTWISE = frozenset({
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar",
+    "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar", "aten.neg.default",
+    "aten.reciprocal.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.exp.default",
+    "aten.pow.Tensor_Scalar", "aten.to.dtype", "aten._to_copy.default"})
 _QUANTIZES = frozenset({"quantized_decomposed.quantize_per_tensor.default",
                         "quantized_decomposed.quantize_per_channel.default"})
 
@@ -28,17 +34,31 @@ def attribute(model: torch.nn.Module, target: Any) -> Any:
     return value
 
 
-def fold_parameter_slices(model: torch.fx.GraphModule) -> int:
-    """Replace each parameter that reaches an operator through splits, slices or concatenations by the
-    tensor it amounts to, before quantization sees the graph. nn.MultiheadAttention splits one packed
-    `in_proj_bias` into the q/k/v biases (SigLIP's pooling head); WavLM concatenates three biases to pass
-    them packed, and the quantizer, which quantizes a concatenation, would make those biases int8.
-    XNNPACK takes a linear only where its bias is a static tensor, and a linear left out leaves its int8
-    weight's dequantize outside the delegate, which the runtime cannot run ("Missing out variants:
-    dequantize_per_channel"). Moving elements changes no value, and nothing grows: a repeat or expand of a
-    parameter is left alone, and so is anything the graph writes in place. Returns how many tensors were
+def fold_parameter_chains(model: torch.fx.GraphModule) -> int:
+    """Replace each parameter that reaches an operator through splits, slices, concatenations or
+    elementwise arithmetic by the tensor it amounts to, before quantization sees the graph; the value is
+    the one eager computes. nn.MultiheadAttention splits one packed `in_proj_bias` into the q/k/v biases
+    (SigLIP's pooling head); WavLM concatenates three biases to pass them packed, and the quantizer, which
+    quantizes a concatenation, would make those biases int8. XNNPACK takes a linear only where its bias is
+    a static tensor, and a linear left out leaves its int8 weight's dequantize outside the delegate, which
+    the runtime cannot run ("Missing out variants: dequantize_per_channel"). Gemma's RMS norms scale by
+    `1 + weight`: quantized, that add of a parameter is an activation op, and in w8a8 (adds at 16 bits) the
+    HTP refused it ("mismatching datatypes 0x408 != 0x416"), which left Gemma 2 and 3 unlowerable.
+    Nothing grows: a repeat or expand of a parameter is left alone, as is arithmetic that broadcasts to a
+    larger tensor than its inputs, and anything the graph writes in place. Returns how many tensors were
     folded."""
-    return _fold(model, lambda node: str(node.target) in _REARRANGING)
+    return _fold(model, lambda node: str(node.target) in _REARRANGING
+                 or (str(node.target) in _ELEMENTWISE and not _grows(model, node)))
+
+
+def _grows(model: torch.nn.Module, node: Any) -> bool:
+    """Whether `node`'s tensor has more elements than the largest of its tensor inputs (or is not known)."""
+    def size(n: Any) -> int:
+        value = attribute(model, n.target) if n.op == "get_attr" else n.meta.get("val")
+        return value.numel() if isinstance(value, torch.Tensor) else -1
+
+    sizes = [size(a) for a in node.all_input_nodes]
+    return not sizes or min(sizes) < 0 or size(node) < 0 or size(node) > max(sizes)
 
 
 def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
@@ -126,7 +146,13 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
 
 def drop_unread(model: torch.fx.GraphModule, names: set[str]) -> None:
     """Remove dead nodes, then those of the named attributes nothing reads any more: a packed parameter
-    read by nothing would stay in the program beside its slices."""
+    read by nothing would stay in the program beside its slices. Export's dtype checks of a `.float()`
+    count as no read: they check a tensor the graph no longer uses."""
+    model.graph.eliminate_dead_code()
+    for node in list(model.graph.nodes):
+        if (str(node.target) == "aten._assert_tensor_metadata.default" and node.args[0].op == "get_attr"
+                and len(node.args[0].users) == 1):
+            model.graph.erase_node(node)
     model.graph.eliminate_dead_code()
     read = {str(n.target) for n in model.graph.nodes if n.op == "get_attr"}
     for name in names - read:

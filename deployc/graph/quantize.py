@@ -227,7 +227,7 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     module = ep.module(check_guards=False)
-    constants.fold_parameter_slices(module)
+    constants.fold_parameter_chains(module)
     batch_norm.fold_into_linears(module)
     prepared = prepare_pt2e(module, float_paths_only(quantizer))
     for sample in calibration:
