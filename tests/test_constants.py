@@ -1,5 +1,5 @@
 """Parameter chains folded into the tensors they amount to (graph/constants.py): the packed q/k/v of
-nn.MultiheadAttention and a quantize that convert_pt2e leaves on a constant, which XNNPACK could not take,
+nn.MultiheadAttention, Gemma's `1 + weight`, BiT's standardised weights, and a quantize that convert_pt2e leaves on a constant, which XNNPACK could not take,
 and a float64 path static int8 leaves alone; each built in w8a8 and verified against eager."""
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ def test_a_packed_projection_s_slices_become_parameters_and_the_packed_ones_go()
     model, x = testnets.attention_pool(), torch.rand(1, 6, 8)
     module = torch.export.export(model, (x,)).module()
     assert sum("split" in str(n.target) for n in module.graph.nodes) == 2  # in_proj weight and bias
-    assert constants.fold_parameter_chains(module) == 4  # q and kv, weight and bias
+    # kv's weight and bias, and the probe's query: the probe and q's weight are constants, so is their product
+    assert constants.fold_parameter_chains(module) == 3
     assert not any("split" in str(n.target) or "getitem" in str(n.target) for n in module.graph.nodes)
     names = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
-    assert not {"attention.in_proj_weight", "attention.in_proj_bias"} & names
-    assert "probe" in names  # repeated, not sliced: left as it is
+    assert not {"attention.in_proj_weight", "attention.in_proj_bias", "probe"} & names
+    assert sum(str(n.target) == "aten.linear.default" for n in module.graph.nodes) == 4  # embed, kv, out, head
     assert torch.equal(module(x), model(x))
     assert constants.fold_parameter_chains(module) == 0
 
@@ -51,6 +52,25 @@ def test_a_norm_s_one_plus_weight_is_folded_and_a_broadcast_that_grows_is_not() 
     assert len(adds) == 3  # the norm's eps, the output's sum, and the broadcast rows + columns
     assert all(a.args[0].op != "get_attr" or a.args[1] != 1.0 for a in adds)
     assert "weight" not in {n for n, _ in module.named_parameters()}
+    torch.testing.assert_close(module(x), model(x), rtol=0, atol=0)
+
+
+class _StandardisedConv(torch.nn.Conv2d):
+    """BiT's convolution: its weight standardised in the forward, by a batch norm without running stats."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = torch.nn.functional.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None,
+                                                training=True, momentum=0.0, eps=1e-8).reshape_as(self.weight)
+        return torch.nn.functional.conv2d(x, weight, self.bias, padding=1)
+
+
+def test_a_weight_standardised_in_the_forward_becomes_a_constant() -> None:
+    torch.manual_seed(0)
+    model, x = _StandardisedConv(3, 4, 3).eval(), torch.rand(1, 3, 8, 8)
+    module = torch.export.export(model, (x,)).module()
+    assert constants.fold_parameter_chains(module) == 1
+    assert [str(n.target) for n in module.graph.nodes if n.op == "call_function"
+            and "assert" not in str(n.target) and "guards" not in str(n.target)] == ["aten.conv2d.default"]
     torch.testing.assert_close(module(x), model(x), rtol=0, atol=0)
 
 

@@ -9,19 +9,6 @@ from typing import Any
 
 import torch
 
-# Ops that only move or select a tensor's elements: a chain of them from parameters alone is a parameter.
-_REARRANGING = frozenset({
-    "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.slice.Tensor",
-    "aten.select.int", "aten.narrow.default", "aten.cat.default", "aten.view.default", "aten.reshape.default",
-    "aten._unsafe_view.default", "aten.unflatten.int", "aten.t.default", "aten.transpose.int",
-    "aten.permute.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
-    "aten.contiguous.default", "aten.clone.default", "<built-in function getitem>"})
-# Elementwise arithmetic: on parameters alone it computes a parameter (Gemma's norms scale by `1 + weight`).
-_ELEMENTWISE = frozenset({
-    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar",
-    "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar", "aten.neg.default",
-    "aten.reciprocal.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.exp.default",
-    "aten.pow.Tensor_Scalar", "aten.to.dtype", "aten._to_copy.default"})
 _QUANTIZES = frozenset({"quantized_decomposed.quantize_per_tensor.default",
                         "quantized_decomposed.quantize_per_channel.default"})
 
@@ -35,30 +22,37 @@ def attribute(model: torch.nn.Module, target: Any) -> Any:
 
 
 def fold_parameter_chains(model: torch.fx.GraphModule) -> int:
-    """Replace each parameter that reaches an operator through splits, slices, concatenations or
-    elementwise arithmetic by the tensor it amounts to, before quantization sees the graph; the value is
-    the one eager computes. nn.MultiheadAttention splits one packed `in_proj_bias` into the q/k/v biases
-    (SigLIP's pooling head); WavLM concatenates three biases to pass them packed, and the quantizer, which
-    quantizes a concatenation, would make those biases int8. XNNPACK takes a linear only where its bias is
-    a static tensor, and a linear left out leaves its int8 weight's dequantize outside the delegate, which
-    the runtime cannot run ("Missing out variants: dequantize_per_channel"). Gemma's RMS norms scale by
+    """Replace each tensor the graph computes from parameters and constants alone (slices, concatenations,
+    arithmetic, a small MLP over a constant table) by the tensor it amounts to, before quantization sees
+    the graph; the value is the one eager computes. Each of these was a failure or a miss in int8:
+    nn.MultiheadAttention splits one packed `in_proj_bias` into the q/k/v biases (SigLIP's pooling head);
+    WavLM concatenates three biases to pass them packed, and the quantizer, which quantizes a
+    concatenation, would make those biases int8. XNNPACK takes a linear only where its bias is a static
+    tensor, and a linear left out leaves its int8 weight's dequantize outside the delegate, which the
+    runtime cannot run ("Missing out variants: dequantize_per_channel"). Gemma's RMS norms scale by
     `1 + weight`: quantized, that add of a parameter is an activation op, and in w8a8 (adds at 16 bits) the
-    HTP refused it ("mismatching datatypes 0x408 != 0x416"), which left Gemma 2 and 3 unlowerable.
-    Nothing grows: a repeat or expand of a parameter is left alone, as is arithmetic that broadcasts to a
-    larger tensor than its inputs, and anything the graph writes in place. Returns how many tensors were
-    folded."""
-    return _fold(model, lambda node: str(node.target) in _REARRANGING
-                 or (str(node.target) in _ELEMENTWISE and not _grows(model, node)))
+    HTP refused it ("mismatching datatypes 0x408 != 0x416"), which left Gemma 2 and 3 unlowerable. BiT
+    standardises its convolutions' weights in its forward (a batch norm of the weight); folded, they are
+    plain convolutions. Nothing grows: a chain whose result is larger than the largest tensor it reads (a
+    repeat, an expand, a broadcast) is left alone, and so is anything the graph writes in place or that
+    draws random numbers. Returns how many tensors were folded."""
+    return _fold(model, _pure)
 
 
-def _grows(model: torch.nn.Module, node: Any) -> bool:
-    """Whether `node`'s tensor has more elements than the largest of its tensor inputs (or is not known)."""
-    def size(n: Any) -> int:
-        value = attribute(model, n.target) if n.op == "get_attr" else n.meta.get("val")
-        return value.numel() if isinstance(value, torch.Tensor) else -1
-
-    sizes = [size(a) for a in node.all_input_nodes]
-    return not sizes or min(sizes) < 0 or size(node) < 0 or size(node) > max(sizes)
+def _pure(node: Any) -> bool:
+    """Whether `node` computes a tensor from its inputs alone: an aten op that writes none of its arguments
+    and draws no random numbers (a batch norm that would update running statistics is not)."""
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload) or not node.all_input_nodes or not target._schema.returns:
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    if any(a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments):
+        return False
+    updates_statistics = node.args[5] and (node.args[3] is not None or node.args[4] is not None)
+    return not (str(target) == "aten.batch_norm.default" and updates_statistics)
 
 
 def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
@@ -131,7 +125,7 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
             if all(_from_parameters(user, link, written) for user in node.users):
                 continue  # an inner link of the chain: its end is folded
             tensor = value(node)
-            if not isinstance(tensor, torch.Tensor):
+            if not isinstance(tensor, torch.Tensor) or tensor.numel() > _largest_read(node, values):
                 continue
             name = register(model, tensor)
             with model.graph.inserting_before(node):
@@ -142,6 +136,20 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
     if folded:
         drop_unread(model, {str(n.target) for n in values if n.op == "get_attr"})
     return folded
+
+
+def _largest_read(node: Any, values: dict[Any, Any]) -> int:
+    """The most elements of any constant the chain ending at `node` reads (0 where it reads none)."""
+    largest, stack, seen = 0, [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "get_attr" and isinstance(values.get(n), torch.Tensor):
+            largest = max(largest, values[n].numel())
+        stack.extend(n.all_input_nodes)
+    return largest
 
 
 def drop_unread(model: torch.fx.GraphModule, names: set[str]) -> None:
