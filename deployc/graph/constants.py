@@ -51,8 +51,9 @@ def _pure(node: Any) -> bool:
         return False
     if any(a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments):
         return False
-    updates_statistics = node.args[5] and (node.args[3] is not None or node.args[4] is not None)
-    return not (str(target) == "aten.batch_norm.default" and updates_statistics)
+    if str(target) == "aten.batch_norm.default":
+        return not (node.args[5] and (node.args[3] is not None or node.args[4] is not None))
+    return True
 
 
 def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
