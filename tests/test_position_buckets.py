@@ -81,3 +81,24 @@ def test_mpnet_bias_is_the_same_and_its_graph_has_no_log_or_negation():
     assert torch.equal(model(input_ids=ids).last_hidden_state, before)
 
     assert not _exported_ops(model, ids) & {"aten.log.default", "aten.neg.default"}
+
+
+def test_wavlm_bias_is_the_same_and_its_graph_has_no_log():
+    torch.manual_seed(0)
+    config = transformers.WavLMConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32, conv_dim=(16, 16), conv_stride=(5, 2),
+                                      conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                                      num_conv_pos_embedding_groups=2, num_buckets=32, max_bucket_distance=40)
+    model = transformers.WavLMModel(config).eval()
+    attention = next(m for m in model.modules() if hasattr(m, "rel_attn_embed"))
+    expected = {(q, k): attention.compute_bias(q, k) for q in (1, 9, 60) for k in (1, 9, 60)}
+    audio = torch.randn(1, 400)
+    before = model(audio).last_hidden_state
+    log_before = "aten.log.default" in {str(n.target) for n in torch.export.export(
+        model, (audio,), strict=False).graph.nodes}
+    assert constant_position_buckets(model) == 1
+    for (q, k), bias in expected.items():
+        assert torch.equal(attention.compute_bias(q, k), bias), (q, k)
+    assert torch.equal(model(audio).last_hidden_state, before)
+    after = {str(n.target) for n in torch.export.export(model, (audio,), strict=False).graph.nodes}
+    assert log_before and "aten.log.default" not in after

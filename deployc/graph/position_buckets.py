@@ -1,6 +1,6 @@
 """T5-style relative position buckets as constants when the lengths are static.
 
-T5 (and mt5, umt5, switch_transformers, ...) and MPNet compute each attention bias from a bucket index:
+T5 (and mt5, umt5, switch_transformers, ...), MPNet and WavLM compute each attention bias from a bucket index:
 arange, subtract, abs, log of the distance, clamp, where. At a static length all of it is a constant,
 but exported as is it reaches the backend as int64 arithmetic and a log of zero (the distance of a
 token to itself): quantized, the observer records -inf and QNN refuses the graph ("Output def has a bad
@@ -89,8 +89,34 @@ def _static_position_bias(module: Any) -> Any:
     return compute_position_bias
 
 
+def _is_wavlm_style(module: torch.nn.Module) -> bool:
+    compute = getattr(module, "compute_bias", None)
+    return bool(isinstance(getattr(module, "rel_attn_embed", None), torch.nn.Embedding)
+                and callable(getattr(module, "_relative_positions_bucket", None)) and callable(compute)
+                and list(inspect.signature(compute).parameters) == ["query_length", "key_length"]
+                and isinstance(getattr(module, "max_distance", None), int))
+
+
+def _static_wavlm_bias(module: Any) -> Any:
+    """WavLM's gated relative-position bias: its buckets saturate at `max_distance` (the log term reaches
+    the bucket count and is capped), like T5's."""
+    reach: int = module.max_distance
+    table = list(module._relative_positions_bucket(torch.arange(-reach, reach + 1)[None, :]).reshape(-1).tolist())
+    original = module.compute_bias
+
+    def compute_bias(query_length: Any, key_length: Any) -> Any:
+        if not all(isinstance(v, int) for v in (query_length, key_length)):
+            return original(query_length, key_length)
+        weight = module.rel_attn_embed.weight
+        buckets = _buckets(table, reach, query_length, key_length, 0, weight.device)
+        return module.rel_attn_embed(buckets).permute([2, 0, 1])
+
+    return compute_bias
+
+
 def constant_position_buckets(model: torch.nn.Module) -> int:
-    """Rewrite every T5- and MPNet-style position bias of the model; returns how many were rewritten."""
+    """Rewrite every T5-, MPNet- and WavLM-style position bias of the model; returns how many were
+    rewritten."""
     rewritten = 0
     for module in model.modules():
         if _is_t5_style(module):
@@ -98,5 +124,8 @@ def constant_position_buckets(model: torch.nn.Module) -> int:
             rewritten += 1
         elif _is_mpnet_style(module):
             module.compute_position_bias = _static_position_bias(module)
+            rewritten += 1
+        elif _is_wavlm_style(module):
+            module.compute_bias = _static_wavlm_bias(module)
             rewritten += 1
     return rewritten

@@ -52,9 +52,6 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                                      "pixel mask): no context binary"),
     "rt_detr": (_W8A8, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable attention: "
                        "\"has incorrect Rank 6\")"),
-    "wavlm": (_W8A8, "QNN's op validation refuses the HTP MatMul's int8 input/output datatype mix in WavLM's gated "
-                     "relative-position attention (\"Unsupported input/output datatypes requested for the HTP Op "
-                     "'MatMul'\")"),
     "siglip_vision_model": (_FP16, "HTP graph prepare fails on the patch convolution (fp16 conv activations: "
                                    "\"mismatched scale and bias dimensions\")"),
 }
