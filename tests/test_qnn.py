@@ -210,16 +210,17 @@ models:
 def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_the_op_named(
         project: Path, cli) -> None:  # type: ignore[no-untyped-def]
     """Known before lowering (qnn.REFUSED): plan reads config.json's model_type, nothing is imported."""
-    for model_type in ("fnet", "convbert"):
+    for model_type in ("fnet", "falcon"):
         folder = project / "hf" / model_type
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"model_type": model_type, "vocab_size": 50,
                                                         "hidden_size": 16, "max_position_embeddings": 32}))
         (folder / "model.safetensors").write_bytes(b"")  # plan never reads the weights
-    (project / "m.yaml").write_text(FNET.replace("PIN", "").replace("hf/fnet", "hf/convbert"))
+    (project / "m.yaml").write_text(FNET.replace("PIN", "").replace("hf/fnet", "hf/falcon"))
     r = cli("plan", "m.yaml")
     assert r.code == 0, r.err
-    assert "fnet on snapdragon: skipped npu (qnn): cannot build convbert in fp16: QNN's DecomposeColIm" in r.out
+    assert "fnet on snapdragon: skipped npu (qnn): cannot build falcon in fp16: QNN's " \
+        "DecomposeScaledDotProductAttention" in r.out
     assert re.search(r"fnet\s+│ snapdragon │ gpu\s+│ vulkan", r.out), r.out
     (project / "m.yaml").write_text(FNET.replace("PIN", ""))
     r = cli("plan", "m.yaml")

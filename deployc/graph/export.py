@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from deployc.core.errors import BuildError
+from deployc.graph import unfold
 from deployc.graph.dims import BLOCKS, explain_rejected_dims
 from deployc.plan.build_plan import DimPlan, InputPlan
 
@@ -54,7 +55,12 @@ def export_model(model: torch.nn.Module, example: list[torch.Tensor], inputs: li
                  by_name: bool = True) -> torch.export.ExportedProgram:
     try:
         shapes = dynamic_shapes(inputs, dims, by_name)
-        return torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
+        ep = torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
+        if unfold.has_im2col(ep.graph):  # an unfold as slices, ATen ops, for every backend after
+            module = ep.module(check_guards=False)
+            unfold.im2col_as_slices(module)
+            ep = torch.export.export(module, tuple(example), dynamic_shapes=shapes, strict=False)
+        return ep
     except Exception as exc:  # torch.export raises many types; all become a located build failure
         text = str(exc).strip()
         rejected = explain_rejected_dims(text, dims)
