@@ -281,3 +281,45 @@ def test_a_softmax_input_is_quantized_at_a_step_of_at_least_2_to_the_minus_16(sc
         assert float(scores.max() - scores.min()) / 65535 < SOFTMAX_MIN_SCALE / 10
     assert dequantize.args[1] >= SOFTMAX_MIN_SCALE
     torch.testing.assert_close(converted(*x), model(*x), atol=1e-3, rtol=0)
+
+
+class _ScoresAndSdpa(torch.nn.Module):
+    """A linear's output (a 16-bit activation), attention by hand and through SDPA (aten._safe_softmax)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.proj(q)
+        by_hand = (h @ k.transpose(-2, -1)).softmax(dim=-1) @ k
+        return by_hand, torch.nn.functional.scaled_dot_product_attention(h, k, k)
+
+
+def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_its_own() -> None:
+    """16-bit ranges from zero doubled (the MinMax ranges of 16 calibration samples clipped BEiT's, Swin V2's,
+    PVT v2's tails on the NPU); a softmax's input keeps its range, SDPA's softmax included."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from deployc.core.quantization import Recipe
+    from deployc.targets.backends.qnn import ACTIVATION_HEADROOM_16BIT, BACKEND
+
+    torch.manual_seed(0)
+    x = (torch.rand(1, 6, 4) + 0.5, torch.rand(1, 6, 4) - 0.5)
+    model = _ScoresAndSdpa().eval()
+    prepared = prepare_pt2e(torch.export.export(model, x).module(),
+                            BACKEND.quantizer(Recipe(scheme="16a8w", method="pt2e"), {}))
+    prepared(*x)
+    softmaxes = [n for n in prepared.graph.nodes if "softmax" in str(n.target)]
+    assert {str(n.target) for n in softmaxes} == {"aten.softmax.int", "aten._safe_softmax.default"}
+    for softmax in softmaxes:  # the observer the softmax reads keeps the calibrated range
+        observer = getattr(prepared, softmax.args[0].target)
+        assert type(observer).__name__ == "MinMaxObserver"
+    converted = convert_pt2e(prepared)
+    linear = next(n for n in converted.graph.nodes if str(n.target) == "aten.linear.default")
+    quantize = next(iter(linear.users))
+    h = model.proj(x[0]).detach()
+    span = float(h.max().clamp(min=0) - h.min().clamp(max=0))
+    assert quantize.args[1] == pytest.approx(ACTIVATION_HEADROOM_16BIT * span / 65535, rel=1e-4)
+    for got, want in zip(converted(*x), model(*x)):
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=0)
