@@ -111,7 +111,8 @@ class Qnn(BackendBase):
         if recipe.method == "pt2e":
             sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
             return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, per-channel weights, MinMax "
-                    f"activation observers, softmax inputs at a step of at least 2^-16), calibrated; HTP for {soc}")
+                    f"activation observers, 16-bit activations over twice their calibrated range, softmax inputs "
+                    f"at their own range and a step of at least 2^-16), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
 
     def requirements(self, options: Mapping[str, Any], toolchain: Mapping[str, str]) -> dict[str, str]:
