@@ -232,7 +232,6 @@ def _adjusted(base: type) -> type:
         cls, kwargs = (partial.func, dict(partial.keywords)) if partial is not None else (made, {})
         if floor:
             kwargs["eps"] = max(float(kwargs.get("eps", 0.0)), SOFTMAX_MIN_SCALE)
-            cls = getattr(cls, "calibrated", cls)
         elif spec.quant_max is not None and spec.quant_max > 255 and cls is _minmax():
             cls = _headroom_observer()
         return dataclasses.replace(spec, observer_or_fake_quant_ctr=cls.with_args(**kwargs))
@@ -247,11 +246,9 @@ def _adjusted(base: type) -> type:
                 if node.op != "call_function" or ours is None:
                     continue
                 softmax = op_kind(node) in _SOFTMAX
-                # a copy: QNN's annotators share one annotation between nodes (a view's and its producer's)
-                node.meta["quantization_annotation"] = dataclasses.replace(
-                    ours, input_qspec_map={k: rebuilt(v, softmax and k is node.args[0])
-                                           for k, v in ours.input_qspec_map.items()},
-                    output_qspec=rebuilt(ours.output_qspec, node in softmax_inputs))
+                ours.input_qspec_map = {k: rebuilt(v, softmax and k is node.args[0])
+                                        for k, v in ours.input_qspec_map.items()}
+                ours.output_qspec = rebuilt(ours.output_qspec, node in softmax_inputs)
             return model
 
     return Quantizer
@@ -284,8 +281,6 @@ def _headroom_observer() -> type:
     minmax = _minmax()
 
     class HeadroomMinMaxObserver(minmax):  # type: ignore[misc, valid-type]
-        calibrated = minmax
-
         def calculate_qparams(self) -> Any:
             return self._calculate_qparams(self.min_val.clamp(max=0) * ACTIVATION_HEADROOM_16BIT,
                                            self.max_val.clamp(min=0) * ACTIVATION_HEADROOM_16BIT)
