@@ -23,7 +23,7 @@ def attribute(model: torch.nn.Module, target: Any) -> Any:
 
 def fold_parameter_chains(model: torch.fx.GraphModule) -> int:
     """Replace each tensor the graph computes from parameters and constants alone (slices, concatenations,
-    arithmetic, a small MLP over a constant table) by the tensor it amounts to, before quantization sees
+    arithmetic, a learned query's projection) by the tensor it amounts to, before quantization sees
     the graph; the value is the one eager computes. Each of these was a failure or a miss in int8:
     nn.MultiheadAttention splits one packed `in_proj_bias` into the q/k/v biases (SigLIP's pooling head);
     WavLM concatenates three biases to pass them packed, and the quantizer, which quantizes a
