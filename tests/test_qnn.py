@@ -323,3 +323,21 @@ def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_
     assert quantize.args[1] == pytest.approx(ACTIVATION_HEADROOM_16BIT * span / 65535, rel=1e-4)
     for got, want in zip(converted(*x), model(*x)):
         torch.testing.assert_close(got, want, atol=2e-3, rtol=0)
+
+
+def test_16bit_headroom_stays_finite_at_float32s_lowest() -> None:
+    """GPT-Neo masks scores with float32's lowest value: doubled, that range was -inf and the HTP refused the
+    infinite scale at graph prepare. Such a range keeps what MinMax alone gives."""
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    from deployc.targets.backends.qnn import _headroom_observer
+
+    kwargs = {"dtype": torch.int32, "quant_min": 0, "quant_max": 65535, "qscheme": torch.per_tensor_affine}
+    headroom, plain = _headroom_observer()(**kwargs), MinMaxObserver(**kwargs)
+    lowest = torch.tensor([torch.finfo(torch.float32).min, 0.5])
+    headroom(lowest), plain(lowest)
+    scale, _ = headroom.calculate_qparams()
+    assert torch.isfinite(scale).all() and scale.item() == pytest.approx(plain.calculate_qparams()[0].item())
+    ordinary = _headroom_observer()(**kwargs)
+    ordinary(torch.tensor([-1.0, 3.0]))
+    assert ordinary.calculate_qparams()[0].item() == pytest.approx(2 * 4.0 / 65535)

@@ -277,13 +277,20 @@ def _minmax() -> type:
 
 @functools.cache
 def _headroom_observer() -> type:
-    """A MinMax observer whose quantization range is ACTIVATION_HEADROOM_16BIT times what it saw, from zero."""
+    """A MinMax observer whose quantization range is ACTIVATION_HEADROOM_16BIT times what it saw, from zero,
+    within float32's finite range: GPT-Neo masks its attention scores with float32's lowest value before
+    adding the padding mask, and that range doubled was -inf, an infinite scale the HTP refused at graph
+    prepare ("improper OutputDef" on a Convert; the tensor's range is then what MinMax alone gives)."""
+    import torch
+
     minmax = _minmax()
+    finite = torch.finfo(torch.float32)
 
     class HeadroomMinMaxObserver(minmax):  # type: ignore[misc, valid-type]
         def calculate_qparams(self) -> Any:
-            return self._calculate_qparams(self.min_val.clamp(max=0) * ACTIVATION_HEADROOM_16BIT,
-                                           self.max_val.clamp(min=0) * ACTIVATION_HEADROOM_16BIT)
+            lo = (self.min_val.clamp(max=0) * ACTIVATION_HEADROOM_16BIT).clamp(min=finite.min)
+            hi = (self.max_val.clamp(min=0) * ACTIVATION_HEADROOM_16BIT).clamp(max=finite.max)
+            return self._calculate_qparams(lo, hi)
 
     return HeadroomMinMaxObserver
 
