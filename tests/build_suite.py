@@ -128,4 +128,9 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: 16a8w
+  fourier_fp16:
+    source: {factory: "models.testnets:fourier_mixer"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: fp16
 """

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from deployc.core.errors import BuildError
-from deployc.graph import unfold
+from deployc.graph import fourier, unfold
 from deployc.graph.dims import BLOCKS, explain_rejected_dims
 from deployc.plan.build_plan import DimPlan, InputPlan
 
@@ -56,10 +56,12 @@ def export_model(model: torch.nn.Module, example: list[torch.Tensor], inputs: li
     try:
         shapes = dynamic_shapes(inputs, dims, by_name)
         ep = torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
-        if unfold.has_im2col(ep.graph):  # an unfold as slices, ATen ops, for every backend after
+        # An unfold as slices, an FFT's real part as matmuls: ATen ops, for every backend after.
+        if unfold.has_im2col(ep.graph) or fourier.has_real_fft(ep.graph):
             module = ep.module(check_guards=False)
-            unfold.im2col_as_slices(module)
-            ep = torch.export.export(module, tuple(example), dynamic_shapes=shapes, strict=False)
+            replaced = unfold.im2col_as_slices(module) + fourier.real_ffts_as_matmuls(module)
+            if replaced:
+                ep = torch.export.export(module, tuple(example), dynamic_shapes=shapes, strict=False)
         return ep
     except Exception as exc:  # torch.export raises many types; all become a located build failure
         text = str(exc).strip()

@@ -177,11 +177,9 @@ class BackendBase:
 
 
 
-# Architectures no ExecuTorch backend lowers, measured (benchmarks/coverage.py, 2026-12-02).
-EXECUTORCH_REFUSED = {
-    "fnet": "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, is not in ExecuTorch's Core ATen "
-            "opset (to_edge: SpecViolationError) and no ExecuTorch backend has a kernel for it",
-}
+# Architectures no ExecuTorch backend lowers, by a directory's model_type: none known today. (FNet's FFT
+# was, until graph/fourier.py wrote its real part as matmuls.)
+EXECUTORCH_REFUSED: dict[str, str] = {}
 
 
 def lower_with_partitioners(programs: dict[str, Any], partitioners: list[Any], constants: Mapping[str, Any]) -> Any:

@@ -49,8 +49,6 @@ _FP16 = frozenset({"fp16"})  # measured in fp16 only: the other schemes are trie
 _FP16_W8A8 = frozenset({"fp16", "w8a8"})
 _W8A8 = frozenset({"w8a8"})  # measured in w8a8 only (both lower in fp16)
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
-    "fnet": (None, "aten._fft_c2c, the Fourier transform FNet mixes its tokens with, has no QNN op and its "
-                   "complex64 tensors stop QNN's lowering (\"KeyError: torch.complex64\")"),
     "falcon": (None, "QNN's DecomposeScaledDotProductAttention pass fails on Falcon's attention"),
     # The pixel mask is bool in every scheme: measured in fp16 and w8a8 (2026-12-02), not yet in 16a8w.
     "detr": (_FP16_W8A8, "the HTP has no StridedSlice of bool tensors (aten.select_copy of DETR's pixel mask): "
