@@ -133,4 +133,9 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: fp16
+  multi_query_w8a8:
+    source: {factory: "models.testnets:multi_query"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: w8a8
 """

@@ -64,6 +64,13 @@ def test_an_fft_s_real_part_lowers_to_the_npu_as_matmuls_and_verifies(npu: Built
     assert u["verification"]["metrics"]["min_sqnr_db"] > 40.0
 
 
+def test_one_key_value_head_shared_by_every_query_head_lowers_and_verifies(npu: Built) -> None:
+    """Multi-query attention (Falcon's): QNN's SDPA decomposition took a head mismatch only as GQA."""
+    u = _unit(npu, "multi_query_w8a8")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["verification"]["metrics"]["min_sqnr_db"] > 20.0
+
+
 def test_the_runtime_config_says_what_the_phone_needs(npu: Built) -> None:
     config = json.loads((npu.out / "npu" / "1.0.0" / "snapdragon" / "runtime.json").read_text())
     program = next(p for p in config["programs"] if p["name"] == "conv_16a8w")
@@ -224,17 +231,17 @@ def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_
     # one that were is refused on each unit, the planner's message located.
     monkeypatch.setitem(base.EXECUTORCH_REFUSED, "fnet", "aten.fft_fftn, the Fourier transform FNet mixes "
                         "its tokens with, is not in ExecuTorch's Core ATen opset")
-    for model_type in ("fnet", "falcon"):
+    for model_type in ("fnet", "detr"):
         folder = project / "hf" / model_type
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"model_type": model_type, "vocab_size": 50,
                                                         "hidden_size": 16, "max_position_embeddings": 32}))
         (folder / "model.safetensors").write_bytes(b"")  # plan never reads the weights
-    (project / "m.yaml").write_text(FNET.replace("PIN", "").replace("hf/fnet", "hf/falcon"))
+    (project / "m.yaml").write_text(FNET.replace("PIN", "").replace("hf/fnet", "hf/detr"))
     r = cli("plan", "m.yaml")
     assert r.code == 0, r.err
-    assert "fnet on snapdragon: skipped npu (qnn): cannot build falcon in fp16: QNN's " \
-        "DecomposeScaledDotProductAttention" in r.out
+    assert "fnet on snapdragon: skipped npu (qnn): cannot build detr in fp16: the HTP has no StridedSlice of " \
+        "bool tensors" in r.out
     assert re.search(r"fnet\s+│ snapdragon │ gpu\s+│ vulkan", r.out), r.out
     (project / "m.yaml").write_text(FNET.replace("PIN", ""))
     r = cli("plan", "m.yaml")
@@ -263,6 +270,26 @@ def test_detr_and_rt_detr_are_refused_in_the_schemes_they_were_measured_in() -> 
     assert qnn.refusal("rt_detr", "fp16") is None and qnn.refusal("rt_detr", "16a8w") is None  # fp16 lowers
     # WavLM lowers in every scheme since its position buckets are constants (graph/position_buckets.py)
     assert all(qnn.refusal("wavlm", scheme) is None for scheme in ("fp16", "16a8w", "w8a8"))
+    # FNet lowers everywhere (graph/fourier.py); Falcon in fp16 (its shared key/value head marked as GQA)
+    assert all(qnn.refusal("fnet", scheme) is None for scheme in ("fp16", "16a8w", "w8a8"))
+    assert qnn.refusal("falcon", "fp16") is None
+    assert all("graph compile crashes" in (qnn.refusal("falcon", scheme) or "") for scheme in ("w8a8", "16a8w"))
+
+
+def test_a_key_value_head_shared_by_every_query_head_is_marked_as_gqa_with_the_same_values() -> None:
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from testnets import multi_query
+
+    from deployc.targets.backends.qnn import _shared_heads_as_gqa
+
+    model, x = multi_query(), torch.rand(1, 16, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    program = torch.export.export(model, (x,))
+    assert _shared_heads_as_gqa(program.graph_module) == 1
+    assert _shared_heads_as_gqa(program.graph_module) == 0  # marked once
+    (sdpa,) = [n for n in program.graph.nodes if n.target is torch.ops.aten.scaled_dot_product_attention.default]
+    assert sdpa.kwargs["enable_gqa"] is True
+    with torch.no_grad():
+        assert (program.module()(x) - model(x)).abs().max() < 1e-6
 
 
 class _TinyScores(torch.nn.Module):
