@@ -60,8 +60,10 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                                      "pixel mask): no context binary"),
     "rt_detr": (_W8A8, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable attention: "
                        "\"has incorrect Rank 6\")"),
-    "siglip_vision_model": (_FP16, "HTP graph prepare fails on the patch convolution (fp16 conv activations: "
-                                   "\"mismatched scale and bias dimensions\")"),
+    # Re-measured 2026-12-03: the error follows the attention-pooling head's ops (64: the MLPs' width).
+    "siglip_vision_model": (_FP16, "HTP graph prepare fails const-evaluating an fp16 op with a 64-wide bias "
+                                   "(\"genNopWithScaleParamsFP16 mismatched scale and bias dimensions: bias dim "
+                                   "64 scale dim 2\"); the op not isolated"),
 }
 
 
