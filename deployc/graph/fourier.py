@@ -6,8 +6,8 @@ tables: the same values, in ops every backend has. FNet mixes its tokens with `t
 Along one axis of length n the DFT matrix is F = C - iS, with C[j, k] = cos(2 pi jk / n) and S[j, k] =
 sin(2 pi jk / n) (both symmetric). Carrying a (real, imaginary) pair through each transformed axis:
 (C - iS)(re + i im) = (C re + S im) + i(C im - S re). The tables are built in the graph from the axis'
-length (jk taken mod n first, so the angle stays exact in float32), so a dynamic axis keeps its range;
-at a static length they are constants, which lowering folds."""
+length (jk taken mod n first, so the angle stays under 2 pi), so a dynamic axis keeps its range; at a
+static length they are constants, which lowering folds."""
 
 from __future__ import annotations
 
