@@ -1,7 +1,7 @@
 """The real part of an FFT written as matmuls with cosine and sine tables (deployc/graph/fourier.py): the
 same values as torch.fft for one, two and three axes and each norm; FNet's token mixing exported through
 deployc keeps no FFT and no complex tensor, with its sequence length still dynamic; an FFT whose
-imaginary part is read stays as it is."""
+imaginary part is read, or which pads, stays as it is; an FFT mixer builds and verifies on the CPU."""
 
 from __future__ import annotations
 

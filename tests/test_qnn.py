@@ -228,7 +228,7 @@ def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_
     from deployc.targets.backends import base
 
     # No architecture is refused by every ExecuTorch backend today (FNet's FFT was, until graph/fourier.py):
-    # one that were is refused on each unit, the planner's message located.
+    # one listed there is refused on every unit, the planner's message located.
     monkeypatch.setitem(base.EXECUTORCH_REFUSED, "fnet", "aten.fft_fftn, the Fourier transform FNet mixes "
                         "its tokens with, is not in ExecuTorch's Core ATen opset")
     for model_type in ("fnet", "detr"):
