@@ -29,6 +29,20 @@ def test_a_packed_projection_s_slices_become_parameters_and_the_packed_ones_go()
     assert constants.fold_parameter_chains(module) == 0
 
 
+def test_a_folded_view_is_stored_row_major_even_where_an_axis_has_size_one() -> None:
+    # with need_weights the probe's scaled query, folded, is a (heads, 1, dim) transpose of a (1, heads, dim)
+    # tensor: `.contiguous()` keeps its strides (4, 8, 1), ExecuTorch read them as dim order [1, 0, 2] and
+    # XNNPACK failed at run time ("Propagating input shapes failed": SigLIP vision in w8a8)
+    model, x = testnets.attention_pool(need_weights=True), torch.rand(1, 6, 8)
+    module = torch.export.export(model, (x,)).module()
+    assert constants.fold_parameter_chains(module) == 3
+    query = next(n for n in module.graph.nodes if str(n.target) == "aten.bmm.default").args[0]
+    assert query.op == "get_attr"
+    folded = constants.attribute(module, query.target)
+    assert folded.shape == (2, 1, 4) and folded.stride() == (4, 4, 1)
+    assert torch.equal(module(x), model(x))
+
+
 class _GemmaNorm(torch.nn.Module):
     """Gemma's RMS norm: the weight stored as an offset from 1, cast and added in the graph; beside it, a
     parameter broadcast against another into a larger tensor."""
@@ -135,6 +149,11 @@ models:
     inputs:
       x: {shape: [1, 6, 8], range: [-1, 1]}
     quantization: {scheme: w8a8}
+  weighed:
+    source: {factory: "models.testnets:attention_pool", kwargs: {need_weights: true}}
+    inputs:
+      x: {shape: [1, 6, 8], range: [-1, 1]}
+    quantization: {scheme: w8a8}
   wide:
     source: {factory: "models.testnets:float64_branch"}
     inputs:
@@ -145,11 +164,11 @@ models:
 
 def test_attention_pooling_and_a_float64_branch_build_in_static_int8_and_verify(tmp_path: Path) -> None:
     # Before: "Missing out variants: dequantize_per_channel" (the pooling head's linears left outside
-    # XNNPACK, then the MCU unit failed too) and "Expecting input to have dtype torch.float32" (the float64
-    # concatenation observed).
+    # XNNPACK, then the MCU unit failed too), "Propagating input shapes failed" (the folded query's strides,
+    # "weighed") and "Expecting input to have dtype torch.float32" (the float64 concatenation observed).
     built = build_project(tmp_path, MANIFEST, "folded.yaml")
     units = {u["model"]: u for u in built.report["units"]}
-    for name in ("pooled", "wide"):
+    for name in ("pooled", "weighed", "wide"):
         unit = units[name]
         assert unit["status"] == "built" and unit["verification"]["status"] == "passed", unit["failure"]
         assert unit["verification"]["metrics"]["min_sqnr_db"] > 20

@@ -171,10 +171,13 @@ def drop_unread(model: torch.fx.GraphModule, names: set[str]) -> None:
 
 
 def register(model: torch.nn.Module, tensor: torch.Tensor) -> str:
-    """Keep `tensor` as a new buffer of `model`; returns its name, for a get_attr node."""
+    """Keep `tensor` as a new buffer of `model`, in row-major strides; returns its name, for a get_attr node.
+    A folded view can keep a transpose's strides on a size-1 axis, which `.contiguous()` leaves as they are
+    (the tensor counts as contiguous); ExecuTorch then derives a permuted dim order from them and XNNPACK
+    fails at run time ("Propagating input shapes failed": SigLIP's pooling-head query)."""
     index = 0
     while hasattr(model, f"_deployc_folded_{index}"):
         index += 1
     name = f"_deployc_folded_{index}"
-    model.register_buffer(name, tensor.detach().clone().contiguous())
+    model.register_buffer(name, tensor.detach().clone(memory_format=torch.contiguous_format))
     return name
