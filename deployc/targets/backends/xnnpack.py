@@ -58,6 +58,47 @@ def _norm_statistics(node: Any) -> bool:
     return False
 
 
+_PADS = ("aten.pad.default", "aten.constant_pad_nd.default")
+
+
+def _padding_value(node: Any) -> float | None:
+    """A constant pad's fill value (None for a reflect or replicate pad)."""
+    if str(node.target) == "aten.constant_pad_nd.default":
+        return float(node.args[2]) if len(node.args) > 2 else 0.0
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    if mode != "constant":
+        return None
+    value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")
+    return 0.0 if value is None else float(value)
+
+
+def _share_through_zero_pads(model: Any) -> None:
+    """A zero pad of a quantized tensor keeps its input's scale, and so do the pools and views after it.
+    XNNPACK's quantizer shares scales through pools and views but not pads, so a pad between a quantized
+    activation and a max pool (BiT's stem: 'same' padding written as a pad) was left float with an int8
+    input, and XNNPACK refused the program at load ("Failed to create StaticConstantPad node"). Zero is
+    exact in any int8 scale (it is the zero point); another fill value would be rounded, so such pads stay
+    as they are."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import propagate_annotation
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+
+    changed = False
+    for node in model.graph.nodes:
+        if node.op != "call_function" or str(node.target) not in _PADS or _padding_value(node) != 0.0:
+            continue
+        source = node.args[0]
+        annotation = source.meta.get("quantization_annotation")
+        existing = node.meta.get("quantization_annotation")
+        if annotation is None or annotation.output_qspec is None or (existing is not None and existing._annotated):
+            continue
+        shared = SharedQuantizationSpec(source)
+        node.meta["quantization_annotation"] = QuantizationAnnotation(
+            input_qspec_map={source: shared}, output_qspec=shared, _annotated=True)
+        changed = True
+    if changed:
+        propagate_annotation(model)  # the pools and views after a pad, which saw it unannotated
+
+
 def _xnnpack_graph(blob: bytes) -> dict[str, Any] | None:
     """An XNNPACK delegate payload's graph as JSON (flatc and the schema ship with executorch)."""
     from executorch.backends.xnnpack.serialization import xnnpack_graph_serialize as xs
@@ -137,7 +178,13 @@ class Xnnpack(BackendBase):
             get_symmetric_quantization_config,
         )
 
-        return (XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        class ZeroPadsShareScales(XNNPACKQuantizer):
+            def annotate(self, model: Any) -> Any:
+                model = super().annotate(model)
+                _share_through_zero_pads(model)
+                return model
+
+        return (ZeroPadsShareScales().set_global(get_symmetric_quantization_config(is_per_channel=True))
                 .set_filter_function(_off_the_residual_stream))
 
     def partitioner_objects(self, recipe: Recipe, options: Mapping[str, Any]) -> list[Any]:
