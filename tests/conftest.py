@@ -4,8 +4,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,61 +15,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-@dataclass
-class Started:
-    """A build running in the background: its process, folder, and how long it may take in all."""
-    proc: subprocess.Popen
-    folder: Path
-    out: Path
-    started: float
-    timeout: float
-
-    def finish(self) -> tuple[Result, dict]:
-        import json
-
-        try:
-            code = self.proc.wait(timeout=max(1.0, self.started + self.timeout - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-        out, err = (self.folder / "build.stdout").read_text(), (self.folder / "build.stderr").read_text()
-        return Result(code, out, err), json.loads(out) if out.strip() else {}
-
-
-# Session and module fixtures whose build starts when the session does, beside the quick tests, which
-# leave a core idle most of the time (a CLI call, a small build's single-threaded lowering): the RAG
-# build alone took 620 s of a 57-minute suite, serially. Each is started only if a selected test uses it.
-EARLY: dict[str, Callable[[pytest.TempPathFactory], Started]] = {}
-_STARTED: dict[str, Started] = {}
-_USED = pytest.StashKey[set[str]]()
-
-
-def early(name: str) -> Callable[[Callable[[pytest.TempPathFactory], Started]],
-                                 Callable[[pytest.TempPathFactory], Started]]:
-    """Register how fixture `name` starts its build, so that the session starts it early."""
-    def register(start: Callable[[pytest.TempPathFactory], Started]) -> Callable[[pytest.TempPathFactory], Started]:
-        EARLY[name] = start
-        return start
-    return register
-
-
-def started(name: str, tmp_path_factory: pytest.TempPathFactory) -> Started:
-    """Fixture `name`'s build: the one the session started, or one started now."""
-    return _STARTED.pop(name, None) or EARLY[name](tmp_path_factory)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config.stash[_USED] = {f for item in session.items for f in getattr(item, "fixturenames", ())}
-
-
 @pytest.fixture(scope="session", autouse=True)
-def _session_cache(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+def _session_cache(tmp_path_factory: pytest.TempPathFactory):
     """Nothing a test runs writes into the user's cache: session fixtures' builds and their processes get a
     cache of the session's own (the per-test fixture below then gives each test its own). The toolchain
     folder stays the machine's: it holds what `make test` prepared (the arm64 runner, the aarch64 wheel),
-    named by content and never changed in place, like pip's own cache. The early builds start here, with
-    this environment."""
+    named by content and never changed in place, like pip's own cache."""
     from deployc.targets.arm64_runner import toolchains_dir
 
     with pytest.MonkeyPatch.context() as mp:
@@ -79,15 +28,7 @@ def _session_cache(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fix
         home = tmp_path_factory.mktemp("xdg-cache")
         mp.setenv("XDG_CACHE_HOME", str(home))
         mp.setenv("DEPLOYC_CACHE_DIR", str(home / "deployc"))
-        used = request.config.stash.get(_USED, set())
-        for name, start in EARLY.items():
-            if name in used:
-                _STARTED[name] = start(tmp_path_factory)
         yield
-        for unused in _STARTED.values():  # a session stopped early
-            unused.proc.kill()
-            unused.proc.wait()
-        _STARTED.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -176,19 +117,6 @@ def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: flo
     return r, json.loads(r.out) if r.out.strip() else {}
 
 
-def start_build(folder: Path, manifest: Path, *extra: str, timeout: float) -> Started:
-    """`deployc build --json` of manifest into folder/dist and folder/cache, in the background: its output
-    goes to files (a pipe nobody reads would stop it once full)."""
-    env = {**os.environ}
-    env.pop("QNN_SDK_ROOT", None)
-    env.pop("DEPLOYC_TARGETS_PATH", None)
-    cmd = [sys.executable, "-m", "deployc", "build", str(manifest), "--out", str(folder / "dist"),
-           "--cache-dir", str(folder / "cache"), "--json", *extra]
-    with open(folder / "build.stdout", "w") as out, open(folder / "build.stderr", "w") as err:
-        proc = subprocess.Popen(cmd, cwd=manifest.parent, env=env, stdout=out, stderr=err, text=True)
-    return Started(proc, folder, folder / "dist", time.monotonic(), timeout)
-
-
 def build_project(folder: Path, manifest_text: str, name: str, *extra: str, must_pass: bool = True) -> Built:
     """A project of this manifest in folder/project (targets and model code beside it), built with --json
     into folder/dist and folder/cache."""
@@ -213,24 +141,18 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(folder / "project", manifest, out, cache, report, result)
 
 
-@early("rag")
-def _start_rag(tmp_path_factory: pytest.TempPathFactory) -> Started:
+@pytest.fixture(scope="session")
+def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("rag")
     project = folder / "project"
     shutil.copytree(REPO / "manifests", project, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "targets", folder / "targets")
-    # Cold, both targets: 10-11 min on 2 cores alone (2026-12-03); beside the rest of the suite, longer.
-    return start_build(folder, project / "rag_offline.yaml", timeout=2700)
-
-
-@pytest.fixture(scope="session")
-def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = started("rag", tmp_path_factory)
-    result, report = build.finish()
+    # Cold, both targets: 3-6 min on 2 cores; a loaded machine took over 10 (2026-12-01).
+    result, report = build_json(project / "rag_offline.yaml", folder / "dist", folder / "cache", timeout=1800)
     assert result.code == 0, result.err[-3000:]
     assert {u["status"] for u in report["units"]} == {"built"}
-    (build.folder / "build.err").write_text(result.err)  # the progress lines, for tests of what the build says
-    return build.out / "rag-offline" / "1.0.0"
+    (folder / "build.err").write_text(result.err)  # the progress lines, for tests of what the build says
+    return folder / "dist" / "rag-offline" / "1.0.0"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import json
 import sys
 
 import pytest
-from conftest import REPO, Started, early, make_project, start_build, started
+from conftest import REPO, build_json, make_project
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from hf_zoo import ARCHS, manifest, save
@@ -22,22 +22,15 @@ SUBSET = ("llama", "resnet", "detr", "whisper")
 ROWS = {(arch, scheme) for arch in SUBSET for scheme in ("fp32", "w8a8")} | {("cvt", "w8a8")}
 
 
-@early("coverage")
-def _start_coverage(tmp_path_factory: pytest.TempPathFactory) -> Started:
+@pytest.fixture(scope="module")
+def coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("coverage")
     archs = [a for a in ARCHS if a.name in {name for name, _ in ROWS}]
     path = make_project(folder / "project", manifest(archs, ["fp32", "w8a8"], rows=ROWS), "coverage.yaml")
     assert save(archs, folder / "project" / "hf") == {}
-    # 278 s alone on 2 cores (2026-12-03); started with the session, beside the RAG build and the suite
-    return start_build(folder, path, "--jobs", "2", timeout=2400)
-
-
-@pytest.fixture(scope="module")
-def coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    build = started("coverage", tmp_path_factory)
-    result, report = build.finish()
+    result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2")
     assert report, result.err[-3000:]
-    bundle = build.out / "coverage" / "0.1.0" / "arduino_q"
+    bundle = folder / "dist" / "coverage" / "0.1.0" / "arduino_q"
     return {u["model"]: {**u, "bundle": bundle} for u in report["units"]}
 
 
@@ -90,20 +83,15 @@ def test_static_int8_leaves_cvt_s_class_token_float_and_verifies(coverage: dict[
 NPU_ROWS = {("bert", "fp16"), ("deit", "w8a8"), ("gemma3", "fp16"), ("detr", "fp16")}
 
 
-@early("npu_coverage")
-def _start_npu_coverage(tmp_path_factory: pytest.TempPathFactory) -> Started:
+@pytest.fixture(scope="module")
+def npu_coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("npu-coverage")
     archs = [a for a in ARCHS if a.name in {name for name, _ in NPU_ROWS}]
     text = manifest(archs, ["fp16", "w8a8"], unit="npu", rows=NPU_ROWS)
     path = make_project(folder / "project", text, "coverage.yaml")
     assert save(archs, folder / "project" / "hf") == {}
-    # ~4 minutes alone on 2 cores before DETR (~2.5 more); it timed out at 10 beside a second suite.
-    return start_build(folder, path, "--jobs", "2", timeout=2700)
-
-
-@pytest.fixture(scope="module")
-def npu_coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    result, report = started("npu_coverage", tmp_path_factory).finish()
+    # 115 s alone on 2 cores with DETR (2026-12-03); it timed out at 10 minutes beside a second suite.
+    result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2", timeout=1500)
     assert report, result.err[-3000:]
     return {u["model"]: u for u in report["units"]}
 
