@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
 from deployc.core import layout
@@ -621,6 +621,11 @@ def _bundle(project: Project, target: str, profile: str, device: dict[str, str],
                       bundle_key=bundle_key, content_keys=dict(sorted(content.items())))
 
 
+def _input_order(f: HashedFile) -> tuple[str, str, str, str]:
+    """By role, file name, then content: whole paths sort differently on another checkout (a venv outside it)."""
+    return f.role, PurePath(f.path).name, f.sha256, f.path
+
+
 def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = None,
               hashes: FileHashes | None = None) -> BuildPlan:
     """`hashes`: where large files' sha256 are remembered (the command's cache directory); None: nowhere."""
@@ -673,4 +678,4 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
         manifest=ManifestRef(name=m.name, version=m.version, file=project.path.name,
                              folder=str(project.folder.resolve()), sha256=manifest_sha,
                              version_at=project.doc.locate(("version",))),
-        toolchain=toolchain, targets=targets, inputs=sorted(inputs.files.values(), key=lambda f: (f.role, f.path)))
+        toolchain=toolchain, targets=targets, inputs=sorted(inputs.files.values(), key=_input_order))
