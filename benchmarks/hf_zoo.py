@@ -194,9 +194,12 @@ ARCHS: list[Arch] = [
     Arch("esm", "encoder", "embedding", lambda t: _text(  # protein language model: 33 tokens
         t, "EsmConfig", "EsmModel", hidden_size=32, vocab_size=33, max_position_embeddings=66, pad_token_id=1,
         mask_token_id=32, **LAYERS)),
+    # The full model (its decoder upsamples back to every token): the base model returns half as many
+    # positions as tokens, which the embedding task cannot pool with the tokens' mask. Its relative
+    # positions are computed from the length in Python, so torch.export specializes it: a static 16.
     Arch("funnel", "encoder", "embedding", lambda t: _text(
-        t, "FunnelConfig", "FunnelBaseModel", d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1],
-        vocab_size=200)),
+        t, "FunnelConfig", "FunnelModel", d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1],
+        vocab_size=200), seq=(16, 16)),
     Arch("deberta", "encoder", "embedding", lambda t: _text(
         t, "DebertaConfig", "DebertaModel", hidden_size=32, **TEXT, **LAYERS)),
     Arch("big_bird", "encoder", "embedding", lambda t: _text(

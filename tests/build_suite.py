@@ -116,6 +116,11 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: fp16
+  causal_mqa:
+    source: {factory: "models.testnets:multi_query"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: fp16
   masked_w8a8:
     source: {factory: "models.testnets:masked_encoder", kwargs: {vocab: 200, dim: 32}}
     inputs:

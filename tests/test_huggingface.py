@@ -278,3 +278,28 @@ def test_a_depth_model_implies_its_output_resolution(tmp_path: Path, config: dic
     from deployc.load.hf_directory import HfModel, derive
 
     assert derive(HfModel(tmp_path, config, ()), "depth-estimation")["outputs"] == {"depth": {"shape": [1, depth, depth]}}
+
+
+@pytest.mark.parametrize("config,model,whole", [
+    ("T5Config", "T5Model", False),  # an encoder-decoder: the decoder needs decoder ids, so the encoder alone
+    ("FunnelConfig", "FunnelModel", True),  # its `decoder` upsamples the encoder's output back to every token
+])
+def test_an_embedding_directory_runs_an_encoder_decoder_s_encoder_alone(tmp_path: Path, config: str, model: str,
+                                                                         whole: bool) -> None:
+    import torch
+    import transformers
+
+    from deployc.graph.hf_model import load_directory
+
+    torch.manual_seed(0)
+    sizes = ({"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 1, "num_heads": 4} if config == "T5Config" else
+             {"d_model": 32, "n_head": 4, "d_head": 8, "d_inner": 64, "block_sizes": [1, 1]})
+    getattr(transformers, model)(getattr(transformers, config)(vocab_size=200, **sizes)).save_pretrained(tmp_path)
+    loaded = load_directory(tmp_path, "embedding")
+    assert (type(loaded.model).__name__ == model) is whole
+    ids = torch.randint(0, 200, (1, 9))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        hidden = loaded.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert hidden.shape == (1, 9, 32)
+        assert torch.allclose(loaded(ids, mask), torch.nn.functional.normalize(hidden.mean(1), dim=1), atol=1e-6)

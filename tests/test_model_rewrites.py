@@ -1,5 +1,5 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
-baked into plain weights (deployc/graph/model.py), and embedding tables the model reads as tensors kept
+baked into plain weights and nn.MultiheadAttention's packed projection split (deployc/graph/model.py), and embedding tables the model reads as tensors kept
 float when the others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
+from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows, _separate_in_projections  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 
 
@@ -51,6 +51,27 @@ def test_per_head_rms_norms_run_on_rows() -> None:
     ranks = [len(n.meta["val"].shape) for n in graph.nodes if n.op == "call_function"
              and str(n.target) == "aten.pow.Tensor_Scalar"]
     assert ranks == [2, 3]  # the per-head norm on rows, the hidden-size norm unchanged
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_projects_q_k_and_v_with_separate_slices(need_weights: bool) -> None:
+    """nn.MultiheadAttention's packed in-projection (unflattened to (3, dim), that axis moved first: the
+    HTP failed to prepare it in fp16) becomes three projections by slices of it: the same outputs, for
+    self-attention and for a learned probe attending over the tokens (SigLIP's pooling head)."""
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    probe, x = torch.randn(1, 1, 32), torch.randn(1, 7, 32)
+    packed = attention.in_proj_weight.detach().clone()
+    with torch.no_grad():
+        before = [attention(q, x, x, need_weights=need_weights)[0] for q in (x, probe)]
+        _separate_in_projections(attention)
+        after = [attention(q, x, x, need_weights=need_weights)[0] for q in (x, probe)]
+    assert attention.in_proj_weight is None and not attention._qkv_same_embed_dim
+    assert torch.equal(torch.cat([attention.q_proj_weight, attention.k_proj_weight, attention.v_proj_weight]), packed)
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    graph = torch.export.export(attention, (x, x, x), strict=False).graph
+    assert not any("unflatten" in str(n.target) for n in graph.nodes)
 
 
 class Queries(torch.nn.Module):

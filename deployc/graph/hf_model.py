@@ -144,7 +144,8 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
     model.eval()
     if task == "embedding":
         # An encoder-decoder (T5) embeds with its encoder: the decoder would need decoder ids to run at all.
-        encoder_decoder = isinstance(getattr(model, "decoder", None), nn.Module) and hasattr(model, "get_encoder")
+        # By the config's flag: Funnel's `decoder` upsamples its own encoder's output and needs no ids.
+        encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder")
         return TextEmbedding(model.get_encoder() if encoder_decoder else model)
     if task == "text-classification":
         return TextLogits(model)

@@ -45,8 +45,6 @@ _SOFTMAX = frozenset({"softmax", "safe_softmax"})  # SDPA decomposes into aten._
 # Architectures (a directory's model_type) the HTP does not take, measured with benchmarks/coverage.py
 # --unit npu: the schemes (None: all) and what fails, naming the op. The planner passes the unit over
 # before lowering anything (docs/qnn.md, "Refused at plan time").
-_FP16 = frozenset({"fp16"})  # measured in fp16 only: the other schemes are tried
-_FP16_W8A8 = frozenset({"fp16", "w8a8"})
 _W8A8 = frozenset({"w8a8"})  # measured in w8a8 only (both lower in fp16)
 _W8A8_16A8W = frozenset({"w8a8", "16a8w"})
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
@@ -65,10 +63,6 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                                       "2026-12-03)"),
     "rt_detr": (_W8A8, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable attention: "
                        "\"has incorrect Rank 6\")"),
-    # Re-measured 2026-12-03: the error follows the attention-pooling head's ops (64: the MLPs' width).
-    "siglip_vision_model": (_FP16, "HTP graph prepare fails const-evaluating an fp16 op with a 64-wide bias "
-                                   "(\"genNopWithScaleParamsFP16 mismatched scale and bias dimensions: bias dim "
-                                   "64 scale dim 2\"); the op not isolated"),
 }
 
 
