@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows, _separate_in_projections  # noqa: E402
+from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows, separate_in_projections  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def test_multihead_attention_projects_q_k_and_v_with_separate_slices(need_weight
     packed = attention.in_proj_weight.detach().clone()
     with torch.no_grad():
         before = [attention(q, x, x, need_weights=need_weights)[0] for q in (x, probe)]
-        _separate_in_projections(attention)
+        separate_in_projections(attention)
         after = [attention(q, x, x, need_weights=need_weights)[0] for q in (x, probe)]
     assert attention.in_proj_weight is None and not attention._qkv_same_embed_dim
     assert torch.equal(torch.cat([attention.q_proj_weight, attention.k_proj_weight, attention.v_proj_weight]), packed)
@@ -72,6 +72,18 @@ def test_multihead_attention_projects_q_k_and_v_with_separate_slices(need_weight
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     graph = torch.export.export(attention, (x, x, x), strict=False).graph
     assert not any("unflatten" in str(n.target) for n in graph.nodes)
+
+
+def test_only_qnn_splits_the_packed_projection() -> None:
+    """Elsewhere the packed form stays: on XNNPACK the split left the packed bias stored twice."""
+    from deployc.targets.backends import BACKENDS
+
+    packed = {}
+    for name in ("qnn", "xnnpack", "vulkan"):
+        attention = torch.nn.MultiheadAttention(32, 4)
+        BACKENDS[name].adapt_model(torch.nn.Sequential(attention))
+        packed[name] = attention.in_proj_weight is not None
+    assert packed == {"qnn": False, "xnnpack": True, "vulkan": True}
 
 
 class Queries(torch.nn.Module):

@@ -73,13 +73,14 @@ def _head_norms_on_rows(model: torch.nn.Module) -> None:
         module.forward = rows
 
 
-def _separate_in_projections(model: torch.nn.Module) -> None:
+def separate_in_projections(model: torch.nn.Module) -> None:
     """nn.MultiheadAttention projects q, k and v with one packed matrix, then unflattens the output to
     (3, dim) and moves that axis to the front. QNN's HTP fuses that projection, reshape and transpose
     and then fails to prepare it in fp16 ("genNopWithScaleParamsFP16 mismatched scale and bias
     dimensions: bias dim 96 scale dim 3"; SigLIP's pooling head: 64 and 2, its key/value pair). Each
     projection gets its own slice of the matrix instead, as torch's attention takes when the three
-    embedding sizes differ: the same dot products, the same numbers in eager."""
+    embedding sizes differ: the same dot products, the same numbers in eager. QNN's only (Qnn.adapt_model):
+    elsewhere the packed bias, then split at run time, was stored twice beside XNNPACK's copies."""
     for module in model.modules():
         if not isinstance(module, torch.nn.MultiheadAttention) or not module._qkv_same_embed_dim:
             continue
@@ -122,7 +123,6 @@ def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
             raise BuildError(f"checkpoint {step.checkpoint} does not fit the model: {first[:400]}") from exc
     _bake_parametrizations(model)
     _head_norms_on_rows(model)
-    _separate_in_projections(model)
     constant_position_buckets(model)
     # Inference only. Parameters that require grad make lowering refuse in-place buffer updates (a
     # KV cache written with index_copy_: "a leaf Variable that requires grad is being used in an

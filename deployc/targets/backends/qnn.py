@@ -137,6 +137,11 @@ class Qnn(BackendBase):
 
         qnn_host.activate()
 
+    def adapt_model(self, model: Any) -> None:
+        from deployc.graph.model import separate_in_projections
+
+        separate_in_projections(model)
+
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any],
                   activation_bits: Mapping[str, int] | None = None) -> Any:
         """activation_bits: kind of operator -> 8 or 16, where it differs from the scheme's (default: w8a8's
