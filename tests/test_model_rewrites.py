@@ -1,5 +1,6 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
-baked into plain weights and nn.MultiheadAttention's packed projection split (deployc/graph/model.py), and embedding tables the model reads as tensors kept
+baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
+(deployc/targets/backends/qnn.py), and embedding tables the model reads as tensors kept
 float when the others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows, separate_in_projections  # noqa: E402
+from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
+from deployc.targets.backends.qnn import separate_in_projections  # noqa: E402
 
 
 def test_weight_norm_is_baked_to_the_weight_eager_computes() -> None:

@@ -148,6 +148,7 @@ class BackendBase:
     def adapt_model(self, model: Any) -> None:
         """Rewrite the loaded model where this backend cannot take its form, keeping what it computes (eager's
         references come from the rewritten model). None by default."""
+
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         """The torchao config (method torchao) or PT2E quantizer (method pt2e) for `recipe`."""
         raise BuildError(f"backend {self.name} has no quantizer for scheme {recipe.scheme}")

@@ -138,8 +138,6 @@ class Qnn(BackendBase):
         qnn_host.activate()
 
     def adapt_model(self, model: Any) -> None:
-        from deployc.graph.model import separate_in_projections
-
         separate_in_projections(model)
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any],
@@ -337,6 +335,27 @@ def _partitioner(base: type, specs: Any) -> Any:
             return super().generate_partitions(edge_program)
 
     return Partitioner(specs)
+
+
+def separate_in_projections(model: Any) -> None:
+    """nn.MultiheadAttention projects q, k and v with one packed matrix, then unflattens the output to
+    (3, dim) and moves that axis to the front. QNN's HTP fuses that projection, reshape and transpose
+    and then fails to prepare it in fp16 ("genNopWithScaleParamsFP16 mismatched scale and bias
+    dimensions: bias dim 96 scale dim 3"; SigLIP's pooling head: 64 and 2, its key/value pair). Each
+    projection gets its own slice of the matrix instead, as torch's attention takes when the three
+    embedding sizes differ: the same dot products, the same numbers in eager. QNN's only (Qnn.adapt_model):
+    elsewhere the packed bias, then split at run time, was stored twice beside XNNPACK's copies."""
+    import torch
+
+    for module in model.modules():
+        if not isinstance(module, torch.nn.MultiheadAttention) or not module._qkv_same_embed_dim:
+            continue
+        packed = module.in_proj_weight
+        assert packed is not None
+        for name, part in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), packed.detach().chunk(3)):
+            module.register_parameter(name, torch.nn.Parameter(part.clone(), requires_grad=packed.requires_grad))
+        module.register_parameter("in_proj_weight", None)
+        module._qkv_same_embed_dim = False
 
 
 def _fold_constants(program: Any) -> Any:
