@@ -107,3 +107,22 @@ def test_each_family_builds_and_verifies_on_the_npu(npu_coverage: dict[str, dict
     assert v["metrics"]["min_sqnr_db"] >= (35.0 if scheme == "fp16" else 20.0)
     if arch == "bert":  # each of the two context binaries keeps its own stamp (qnn.py, _unstamp)
         assert unit["delegates"] == {"QnnBackend": 2}
+
+
+def test_the_zoo_scales_its_deepest_conv_nets_to_unit_variance(tmp_path) -> None:
+    """MobileNetV2's seeded weights, scaled a layer at a time (hf_zoo's unit_variance): every convolution's
+    output has a standard deviation near 1 on fresh images in the declared range, so neither fp16 nor int8
+    meets vanishing or exploding activations (at the default initializer range its logits are ~1e-27)."""
+    import torch
+    import transformers
+
+    [arch] = [a for a in ARCHS if a.name == "mobilenet_v2"]
+    assert arch.unit_variance and save([arch], tmp_path) == {}
+    model = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "mobilenet_v2").eval()
+    stds: list[float] = []
+    for conv in [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]:
+        conv.register_forward_hook(lambda _m, _i, out: stds.append(float(out.std())))
+    with torch.no_grad():
+        logits = model(pixel_values=torch.rand(8, 3, 32, 32, generator=torch.Generator().manual_seed(5)) * 2 - 1).logits
+    assert len(stds) == 52 and all(0.4 < s < 2.5 for s in stds), [round(s, 2) for s in stds]
+    assert 0.3 < float(logits.std()) < 3

@@ -154,3 +154,49 @@ def test_the_plan_says_it_and_a_scheme_without_calibration_refuses_it(tmp_path: 
     assert r.code != 0 and "Traceback" not in r.err + r.out
     assert f"{manifest}:15:51: error: " in r.err
     assert "models.normed_int8.quantization.float_fallback: scheme '8da8w' is not static" in r.out + r.err
+
+
+class _PaddedConvs(torch.nn.Module):
+    """conv -> relu6 -> zero pad -> conv, MobileNetV2's explicit "same" padding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Conv2d(3, 8, 1)
+        self.second = torch.nn.Conv2d(8, 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.nn.functional.pad(torch.nn.functional.hardtanh(self.first(x), 0.0, 6.0), [1, 1, 1, 1]))
+
+
+def test_a_zero_pad_goes_float_only_with_its_input_and_the_program_lowers() -> None:
+    """XNNPACK quantizes a zero pad of an int8 value by itself (InsertPadQDQPass): leaving only the pad's
+    output float gave the next convolution an int8 input and float weights, refused at lowering ("Weight
+    and Input should both be quantized"; MobileNetV2 in w8a8 with measured initial scales)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from deployc.core.quantization import Recipe
+
+    model = _PaddedConvs().eval()
+    sample = [torch.rand(1, 3, 8, 8) * 2 - 1]
+    quantizer = xnnpack.BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {})
+    prepared = prepare_pt2e(torch.export.export(model, tuple(sample)).module(), float_paths_only(quantizer))
+    prepared(*sample)
+    with sensitivity._switched(prepared) as switches:
+        operators = sensitivity._inputs_observed(prepared, switches)
+    [pad] = [n for n in prepared.graph.nodes if str(n.target).startswith("aten.pad.")]
+    [after] = [str(u.target) for u in pad.users if u.op == "call_module"]
+    off = sensitivity._closure(prepared, operators, {after})
+    assert set(operators[pad.name]) <= off  # the pad's input (the relu's int8 output) goes float with it
+    [second] = [n for n in prepared.graph.nodes if n.name in operators and str(n.target).startswith("aten.conv")
+                and pad in {a.all_input_nodes[0] if a.op == "call_module" else a for a in n.all_input_nodes}]
+    assert set(operators[second.name]) <= off  # and the convolution's weights with its input
+    converted = _converted(prepared, off)
+    ep = torch.export.export(converted, tuple(sample))
+    program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    assert compare(model(*sample).detach().numpy(), method.execute(sample)[0].numpy()).sqnr_db > 20

@@ -132,12 +132,27 @@ def _closure(prepared: torch.fx.GraphModule, operators: dict[str, list[str]], of
     for node in prepared.graph.nodes:
         if node.name in inputs:
             implies[node.name] |= _outputs(node, operators)
+        elif node.name in operators and _zero_pad(node):
+            # XNNPACK quantizes a zero pad of an int8 value itself (InsertPadQDQPass): its output is int8
+            # whatever its observer says, so it is float only with its input float.
+            inputs[node.name] = set(operators[node.name])
+            implies[node.name] = {str(u.target) for u in node.users if u.op == "call_module"}
     off = set(off)
     while True:
         more = {o for name, group in implies.items() if group & off for o in inputs[name]} - off
         if not more:
             return off
         off |= more
+
+
+def _zero_pad(node: Any) -> bool:
+    if str(node.target).startswith("aten.constant_pad_nd."):
+        return len(node.args) < 3 or node.args[2] == 0
+    if str(node.target).startswith("aten.pad."):
+        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+        value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")
+        return mode == "constant" and not value
+    return False
 
 
 def _outputs(node: Any, operators: dict[str, list[str]]) -> set[str]:
