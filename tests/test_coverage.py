@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, build_json, make_project
@@ -109,7 +110,7 @@ def test_each_family_builds_and_verifies_on_the_npu(npu_coverage: dict[str, dict
         assert unit["delegates"] == {"QnnBackend": 2}
 
 
-def test_the_zoo_scales_its_deepest_conv_nets_to_unit_variance(tmp_path) -> None:
+def test_the_zoo_scales_its_deepest_conv_nets_to_unit_variance(tmp_path: Path) -> None:
     """MobileNetV2's seeded weights, scaled a layer at a time (hf_zoo's unit_variance): every convolution's
     output has a standard deviation near 1 on fresh images in the declared range, so neither fp16 nor int8
     meets vanishing or exploding activations (at the default initializer range its logits are ~1e-27)."""
