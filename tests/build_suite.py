@@ -143,4 +143,9 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: w8a8
+  unfold_16a8w:
+    source: {factory: "models.testnets:patch_unfold"}
+    inputs:
+      x: {shape: [1, 32, 8, 8], range: [-1.0, 1.0]}
+    quantization: 16a8w
 """

@@ -1,6 +1,7 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
-(deployc/targets/backends/qnn.py), and embedding tables the model reads as tensors kept
+(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm for QNN (deployc/graph/group_norm.py),
+and embedding tables the model reads as tensors kept
 float when the others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from deployc.graph.group_norm import one_group_as_layer_norm  # noqa: E402
 from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 from deployc.targets.backends.qnn import separate_in_projections  # noqa: E402
@@ -153,3 +155,22 @@ def test_linears_read_as_tensors_stay_float_and_the_model_still_runs() -> None:
     assert type(model.raw.weight.data) is torch.Tensor and type(model.called.weight.data) is not torch.Tensor
     with torch.no_grad():
         model(x)  # quantized, the raw weight's transpose would raise ("IntxUnpackedToInt8Tensor ... aten.t")
+
+
+def test_a_group_norm_of_one_group_becomes_a_layer_norm_with_the_same_values() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.GroupNorm(1, 8), torch.nn.GroupNorm(2, 8),
+                                torch.nn.GroupNorm(1, 8, affine=False)).eval()
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 2.0)
+        model[1].bias.uniform_(-1.0, 1.0)
+    x = torch.randn(2, 3, 5, 7)
+    before = model(x)
+    weight = model[1].weight
+    assert one_group_as_layer_norm(model) == 2
+    assert [type(m).__name__ for m in model] == ["Conv2d", "OneGroupNorm", "GroupNorm", "OneGroupNorm"]
+    assert model[1].weight is weight  # the same parameters, not copies
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=0)
+    graph = torch.export.export(model, (x,), strict=False).graph
+    targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.layer_norm.default") == 2 and targets.count("aten.group_norm.default") == 1

@@ -64,6 +64,14 @@ def test_an_fft_s_real_part_lowers_to_the_npu_as_matmuls_and_verifies(npu: Built
     assert u["verification"]["metrics"]["min_sqnr_db"] > 40.0
 
 
+def test_a_16_bit_unfold_into_patches_keeps_its_values_on_the_emulator(npu: Built) -> None:
+    """MobileViT v2's unfold: with its concatenation's 16-bit range narrower than its inputs', the HTP took
+    the strided slices' values unrequantized and the output came out at half (7.1 dB; fake-quantized 49)."""
+    u = _unit(npu, "unfold_16a8w")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 40.0
+
+
 def test_one_key_value_head_shared_by_every_query_head_lowers_and_verifies(npu: Built) -> None:
     """Multi-query attention (Falcon's): QNN's SDPA decomposition took a head mismatch only as GQA."""
     u = _unit(npu, "multi_query_w8a8")
@@ -404,11 +412,32 @@ def test_16bit_headroom_stays_finite_at_float32s_lowest() -> None:
     from deployc.targets.backends.qnn import _headroom_observer
 
     kwargs = {"dtype": torch.int32, "quant_min": 0, "quant_max": 65535, "qscheme": torch.per_tensor_affine}
-    headroom, plain = _headroom_observer()(**kwargs), MinMaxObserver(**kwargs)
+    headroom, plain = _headroom_observer(MinMaxObserver)(**kwargs), MinMaxObserver(**kwargs)
     lowest = torch.tensor([torch.finfo(torch.float32).min, 0.5])
     headroom(lowest), plain(lowest)
     scale, _ = headroom.calculate_qparams()
     assert torch.isfinite(scale).all() and scale.item() == pytest.approx(plain.calculate_qparams()[0].item())
-    ordinary = _headroom_observer()(**kwargs)
+    ordinary = _headroom_observer(MinMaxObserver)(**kwargs)
     ordinary(torch.tensor([-1.0, 3.0]))
     assert ordinary.calculate_qparams()[0].item() == pytest.approx(2 * 4.0 / 65535)
+
+
+def test_a_16_bit_concatenation_is_quantized_at_its_inputs_scale() -> None:
+    """QNN's concatenation observer gives its inputs its own range so the HTP need not requantize them; the
+    16-bit headroom goes on both, or the concatenation's scale was half its inputs' (MobileViT v2's unfold)."""
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    from testnets import patch_unfold
+
+    from deployc.core.quantization import Recipe
+    from deployc.graph.export import export_model
+    from deployc.graph.quantize import pt2e_quantize
+    from deployc.targets.backends.qnn import BACKEND
+
+    g = torch.Generator().manual_seed(0)
+    samples = [[torch.rand(1, 32, 8, 8, generator=g) * 2 - 1] for _ in range(4)]
+    ep, _, _ = pt2e_quantize(export_model(patch_unfold(), samples[0], [], [], by_name=False),
+                             BACKEND.quantizer(Recipe(scheme="16a8w", method="pt2e"), {}), samples,
+                             lambda m: export_model(m, samples[0], [], [], by_name=False))
+    cat = next(n for n in ep.graph.nodes if str(n.target) == "aten.cat.default")
+    scale = next(iter(cat.users)).args[1]  # the quantize of its output
+    assert [a.args[1] for a in cat.args[0]] == [scale] * 4  # each input's dequantize
