@@ -148,4 +148,9 @@ models:
     inputs:
       x: {shape: [1, 32, 8, 8], range: [-1.0, 1.0]}
     quantization: 16a8w
+  relu6_16a8w:
+    source: {factory: "models.testnets:conv_relu6"}
+    inputs:
+      x: {shape: [1, 8, 16, 16], range: [-2.0, 2.0]}
+    quantization: 16a8w
 """

@@ -1,8 +1,8 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
-(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm for QNN (deployc/graph/group_norm.py),
-and embedding tables the model reads as tensors kept
-float when the others are quantized (deployc/graph/quantize.py)."""
+(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm and a ReLU6 as a ReLU and a
+minimum for QNN (deployc/graph/group_norm.py, relu6.py), and embedding tables the model reads as tensors
+kept float when the others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from deployc.graph.group_norm import one_group_as_layer_norm  # noqa: E402
 from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
+from deployc.graph.relu6 import relu6_as_minimum  # noqa: E402
 from deployc.targets.backends.qnn import separate_in_projections  # noqa: E402
 
 
@@ -174,3 +175,17 @@ def test_a_group_norm_of_one_group_becomes_a_layer_norm_with_the_same_values() -
     graph = torch.export.export(model, (x,), strict=False).graph
     targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
     assert targets.count("aten.layer_norm.default") == 2 and targets.count("aten.group_norm.default") == 1
+
+
+def test_a_relu6_becomes_a_relu_and_a_minimum_with_the_same_values() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU6(inplace=True), torch.nn.Hardtanh(-1.0, 1.0),
+                                torch.nn.Hardtanh(0.0, 3.0)).eval()
+    x = torch.randn(64, 4) * 10
+    before = model(x)
+    assert relu6_as_minimum(model) == 2
+    assert [type(m).__name__ for m in model] == ["Linear", "ReLUMinimum", "Hardtanh", "ReLUMinimum"]
+    assert torch.equal(model(x), before)
+    targets = [str(n.target) for n in torch.export.export(model, (x,), strict=False).graph.nodes
+               if n.op == "call_function"]
+    assert targets.count("aten.minimum.default") == 2 and targets.count("aten.hardtanh.default") == 1

@@ -72,6 +72,14 @@ def test_a_16_bit_unfold_into_patches_keeps_its_values_on_the_emulator(npu: Buil
     assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 40.0
 
 
+def test_a_16_bit_relu6_is_a_relu_and_a_minimum_and_keeps_its_precision(npu: Built) -> None:
+    """The HTP's 16-bit ReluMinMax (ReLU6 lowered as is) lost precision: the same model with a functional
+    torch.clamp(y, 0, 6), which stays one, measured 20.6 dB on the emulator; as a ReLU and a minimum, 49.9."""
+    u = _unit(npu, "relu6_16a8w")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 40.0
+
+
 def test_one_key_value_head_shared_by_every_query_head_lowers_and_verifies(npu: Built) -> None:
     """Multi-query attention (Falcon's): QNN's SDPA decomposition took a head mismatch only as GQA."""
     u = _unit(npu, "multi_query_w8a8")

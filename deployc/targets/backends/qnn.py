@@ -139,9 +139,11 @@ class Qnn(BackendBase):
 
     def adapt_model(self, model: Any) -> None:
         from deployc.graph.group_norm import one_group_as_layer_norm
+        from deployc.graph.relu6 import relu6_as_minimum
 
         separate_in_projections(model)
         one_group_as_layer_norm(model)
+        relu6_as_minimum(model)
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any],
                   activation_bits: Mapping[str, int] | None = None) -> Any:
