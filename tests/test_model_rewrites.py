@@ -1,7 +1,7 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
 (deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm and a ReLU6 as a ReLU and a
-minimum for QNN (deployc/graph/group_norm.py, relu6.py), and embedding tables the model reads as tensors
+minimum for QNN (the same module), and embedding tables the model reads as tensors
 kept float when the others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from deployc.graph.group_norm import one_group_as_layer_norm  # noqa: E402
 from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
-from deployc.graph.relu6 import relu6_as_minimum  # noqa: E402
-from deployc.targets.backends.qnn import separate_in_projections  # noqa: E402
+from deployc.targets.backends.qnn import (  # noqa: E402
+    one_group_as_layer_norm,
+    relu6_as_minimum,
+    separate_in_projections,
+)
 
 
 def test_weight_norm_is_baked_to_the_weight_eager_computes() -> None:

@@ -138,9 +138,6 @@ class Qnn(BackendBase):
         qnn_host.activate()
 
     def adapt_model(self, model: Any) -> None:
-        from deployc.graph.group_norm import one_group_as_layer_norm
-        from deployc.graph.relu6 import relu6_as_minimum
-
         separate_in_projections(model)
         one_group_as_layer_norm(model)
         relu6_as_minimum(model)
@@ -374,6 +371,83 @@ def separate_in_projections(model: Any) -> None:
             module.register_parameter(name, torch.nn.Parameter(part.clone(), requires_grad=packed.requires_grad))
         module.register_parameter("in_proj_weight", None)
         module._qkv_same_embed_dim = False
+
+
+def one_group_as_layer_norm(model: Any) -> int:
+    """Replace each nn.GroupNorm(1, C) in `model` by the LayerNorm it is; returns how many. A GroupNorm of
+    one group normalizes each sample over all of its channels and positions: a LayerNorm over every dim but
+    the batch, with the per-channel scale and shift broadcast over the positions, the same numbers in eager.
+    The HTP's 16-bit GroupNorm came out uncorrelated with eager (cosine 0.25) at the second of the two norms
+    in one of MobileViT v2's transformer layers (its input a residual sum), where the fake-quantized model
+    matched; the same norm written as a LayerNorm matched it (26.5 dB). QNN's only (Qnn.adapt_model), every
+    scheme."""
+    import torch
+
+    return _replace_modules(model, lambda m: type(m) is torch.nn.GroupNorm and m.num_groups == 1,
+                            _one_group_norm())
+
+
+def relu6_as_minimum(model: Any) -> int:
+    """Replace each nn.ReLU6 and nn.Hardtanh from 0 in `model` by max(x, 0) then the minimum with its top,
+    the same values; returns how many. QNN lowers a ReLU6 (`aten.hardtanh`) to the HTP's ReluMinMax, which
+    lost precision with 16-bit activations: 6.6 dB against the fake-quantized model after MobileNetV2's
+    first expanding convolution (33.3 dB where the simulation had 40.0; the 16a8w program 12.6 dB where the
+    simulation had 23.1), and a conv + ReLU6 test net measured 20.6 dB where ReLU and minimum measured 49.9.
+    QNN's only (Qnn.adapt_model), every scheme. A clamp in the model's code is no module and stays."""
+    import torch
+
+    return _replace_modules(model, lambda m: isinstance(m, torch.nn.Hardtanh) and m.min_val == 0.0,
+                            _relu_minimum())  # nn.ReLU6 is a Hardtanh(0, 6)
+
+
+def _replace_modules(model: Any, chosen: Any, replacement: type) -> int:
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if chosen(child):
+                setattr(parent, name, replacement(child))
+                replaced += 1
+    return replaced
+
+
+@functools.cache
+def _one_group_norm() -> type:
+    import torch
+
+    class OneGroupNorm(torch.nn.Module):
+        """nn.GroupNorm(1, C) as a LayerNorm, holding the GroupNorm's own parameters."""
+
+        def __init__(self, norm: Any) -> None:
+            super().__init__()
+            self.eps, self.weight, self.bias = norm.eps, norm.weight, norm.bias
+
+        def forward(self, x: Any) -> Any:
+            shape = x.shape[1:]
+            per_channel = (-1,) + (1,) * (x.dim() - 2)
+            weight = None if self.weight is None else self.weight.reshape(per_channel).expand(shape)
+            bias = None if self.bias is None else self.bias.reshape(per_channel).expand(shape)
+            return torch.nn.functional.layer_norm(x, shape, weight, bias, self.eps)
+
+    return OneGroupNorm
+
+
+@functools.cache
+def _relu_minimum() -> type:
+    import torch
+
+    class ReLUMinimum(torch.nn.Module):
+        """max(x, 0), then the minimum with the Hardtanh's top: what nn.ReLU6 / nn.Hardtanh(0, top) compute."""
+
+        top: Any
+
+        def __init__(self, hardtanh: Any) -> None:
+            super().__init__()
+            self.register_buffer("top", torch.tensor(float(hardtanh.max_val)), persistent=False)
+
+        def forward(self, x: Any) -> Any:
+            return torch.minimum(torch.relu(x), self.top)
+
+    return ReLUMinimum
 
 
 def _fold_constants(program: Any) -> Any:
