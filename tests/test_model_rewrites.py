@@ -1,8 +1,8 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
 (deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm and a ReLU6 as a ReLU and a
-minimum for QNN (the same module), and embedding tables the model reads as tensors
-kept float when the others are quantized (deployc/graph/quantize.py)."""
+minimum for QNN (the same module), and embedding tables the model reads as tensors kept float when the
+others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
 
