@@ -153,4 +153,9 @@ models:
     inputs:
       x: {shape: [1, 8, 16, 16], range: [-2.0, 2.0]}
     quantization: 16a8w
+  batch_norm_fp16:
+    source: {factory: "models.testnets:conv_batch_norm"}
+    inputs:
+      x: {shape: [1, 8, 16, 16], range: [-1.0, 1.0]}
+    quantization: fp16
 """

@@ -1,7 +1,7 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
-(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm and a ReLU6 as a ReLU and a
-minimum for QNN (the same module), and embedding tables the model reads as tensors kept float when the
+(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
+minimum and a batch norm's epsilon moved into its variance for QNN (the same module), and embedding tables the model reads as tensors kept float when the
 others are quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 from deployc.targets.backends.qnn import (  # noqa: E402
+    batch_norm_eps_in_variance,
     one_group_as_layer_norm,
     relu6_as_minimum,
     separate_in_projections,
@@ -191,3 +192,19 @@ def test_a_relu6_becomes_a_relu_and_a_minimum_with_the_same_values() -> None:
     targets = [str(n.target) for n in torch.export.export(model, (x,), strict=False).graph.nodes
                if n.op == "call_function"]
     assert targets.count("aten.minimum.default") == 2 and targets.count("aten.hardtanh.default") == 1
+
+
+def test_a_batch_norm_s_epsilon_moves_into_its_variance_with_the_same_values() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4, eps=1e-3),
+                                torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4, track_running_stats=False))
+    with torch.no_grad():
+        model[1].running_var.uniform_(1e-4, 1e-2)
+    model.eval()
+    x = torch.randn(2, 3, 5, 7)
+    before = model(x)
+    variance = model[1].running_var.clone()
+    assert batch_norm_eps_in_variance(model) == 2  # the norm without running statistics has none to move
+    assert model[1].eps == 0.0 and model[3].eps == 1e-5
+    torch.testing.assert_close(model[1].running_var, variance + 1e-3, atol=0, rtol=0)
+    torch.testing.assert_close(model(x), before, atol=1e-6, rtol=1e-6)

@@ -45,7 +45,6 @@ _SOFTMAX = frozenset({"softmax", "safe_softmax"})  # SDPA decomposes into aten._
 # Architectures (a directory's model_type) the HTP does not take, measured with benchmarks/coverage.py
 # --unit npu: the schemes (None: all) and what fails, naming the op. The planner passes the unit over
 # before lowering anything (docs/qnn.md, "Refused at plan time").
-_W8A8 = frozenset({"w8a8"})  # measured in w8a8 only (both lower in fp16)
 _W8A8_16A8W = frozenset({"w8a8", "16a8w"})
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
     # fp16 verifies (46.6 dB) since its multi-query attention is marked as GQA (_shared_heads_as_gqa).
@@ -61,8 +60,9 @@ REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
                                       "w8a8 first a concatenation of a 16-bit input to an 8-bit output "
                                       "(\"Unsupported input/output datatypes ... 'Concat'\"; measured "
                                       "2026-12-03)"),
-    "rt_detr": (_W8A8, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable attention: "
-                       "\"has incorrect Rank 6\")"),
+    "rt_detr": (_W8A8_16A8W, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable "
+                             "attention: \"has incorrect Rank 6\"); in 16a8w the context binary then fails at a "
+                             "16-bit requantize (\"scale too large for requant qu16->qu16\"; measured 2026-12-04)"),
 }
 
 
@@ -139,6 +139,7 @@ class Qnn(BackendBase):
 
     def adapt_model(self, model: Any) -> None:
         separate_in_projections(model)
+        batch_norm_eps_in_variance(model)
         one_group_as_layer_norm(model)
         relu6_as_minimum(model)
 
@@ -371,6 +372,28 @@ def separate_in_projections(model: Any) -> None:
             module.register_parameter(name, torch.nn.Parameter(part.clone(), requires_grad=packed.requires_grad))
         module.register_parameter("in_proj_weight", None)
         module._qkv_same_embed_dim = False
+
+
+def batch_norm_eps_in_variance(model: Any) -> int:
+    """Move each batch norm's epsilon into its running variance (variance + eps, eps 0: the same divisor,
+    the same numbers in eager); returns how many. QNN's BatchNorm builder folds the norm into a scale and a
+    shift with its own epsilon, 1e-9, and never reads the node's: with MobileNetV2's eps 1e-3 over a unit
+    variance each norm came out 0.05% too large, the HTP's fp16 logits 1.8% too large after its 52 norms
+    (34.9 dB, 46-56 dB with that gain removed), and on a trained network, whose variances can be as small
+    as eps, one norm's scale is off by up to 41%. pt2e folds a norm that follows a convolution into its
+    weights with the right epsilon; every other one (and every one in fp16) reaches that builder. QNN's only
+    (Qnn.adapt_model), every scheme."""
+    import torch
+
+    moved = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.running_var is not None \
+                and not module.training and module.eps > 0:
+            with torch.no_grad():
+                module.running_var.add_(module.eps)
+            module.eps = 0.0
+            moved += 1
+    return moved
 
 
 def one_group_as_layer_norm(model: Any) -> int:
