@@ -158,4 +158,14 @@ models:
     inputs:
       x: {shape: [1, 8, 16, 16], range: [-1.0, 1.0]}
     quantization: fp16
+  lone_norm_16a8w:
+    source: {factory: "models.testnets:residual_batch_norm"}
+    inputs:
+      x: {shape: [1, 16, 8, 8], range: [-1.0, 1.0]}
+    quantization: 16a8w
+  lone_norm_w8a8:
+    source: {factory: "models.testnets:residual_batch_norm"}
+    inputs:
+      x: {shape: [1, 16, 8, 8], range: [-1.0, 1.0]}
+    quantization: w8a8
 """

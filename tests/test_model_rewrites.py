@@ -1,8 +1,9 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
 (deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
-minimum and a batch norm's epsilon moved into its variance for QNN (the same module), and embedding tables the model reads as tensors kept float when the
-others are quantized (deployc/graph/quantize.py)."""
+minimum, a batch norm's epsilon moved into its variance and a lone batch norm as a multiply and an add for
+QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
+quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # n
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
 from deployc.targets.backends.qnn import (  # noqa: E402
     batch_norm_eps_in_variance,
+    batch_norms_as_affine,
     one_group_as_layer_norm,
     relu6_as_minimum,
     separate_in_projections,
@@ -208,3 +210,36 @@ def test_a_batch_norm_s_epsilon_moves_into_its_variance_with_the_same_values() -
     assert model[1].eps == 0.0 and model[3].eps == 1e-5
     torch.testing.assert_close(model[1].running_var, variance + 1e-3, atol=0, rtol=0)
     torch.testing.assert_close(model(x), before, atol=1e-6, rtol=1e-6)
+
+
+def test_a_batch_norm_no_convolution_takes_in_becomes_a_multiply_and_an_add() -> None:
+    """QNN's quantizer, after prepare_pt2e folded the norm that follows a convolution: the one left (after
+    a residual sum) is x * scale + shift with the norm's own constants."""
+    from torchao.quantization.pt2e.utils import _fuse_conv_bn_
+
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.norm1, self.norm2 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4), \
+                torch.nn.BatchNorm2d(4, eps=1e-3)
+            with torch.no_grad():
+                for norm in (self.norm1, self.norm2):
+                    norm.running_var.uniform_(0.01, 2.0)
+                    norm.running_mean.uniform_(-1.0, 1.0)
+                    norm.weight.uniform_(0.5, 1.5)
+                    norm.bias.uniform_(-0.5, 0.5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm2(x + self.norm1(self.conv(x)))
+
+    x = torch.randn(2, 4, 5, 5)
+    model = Net().eval()
+    before = model(x)
+    module = torch.export.export(model, (x,), strict=False).module(check_guards=False)
+    _fuse_conv_bn_(module)
+    assert batch_norms_as_affine(module) == 1
+    targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    assert "aten.batch_norm.default" not in targets and targets.count("aten.mul.Tensor") == 1
+    torch.testing.assert_close(module(x), before, atol=1e-5, rtol=1e-5)

@@ -89,6 +89,16 @@ def test_a_batch_norm_keeps_its_epsilon_on_the_npu(npu: Built) -> None:
     assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 50.0
 
 
+@pytest.mark.parametrize("scheme", ["16a8w", "w8a8"])
+def test_a_batch_norm_no_convolution_takes_in_is_a_multiply_and_an_add(npu: Built, scheme: str) -> None:
+    """The HTP's quantized BatchNorm computed a lone norm wrongly (this net: cosine 0.38 in 16a8w, 0.91 in
+    w8a8 on the emulator); as x * scale + shift, with the constants quantized, 48 and 36 dB."""
+    u = _unit(npu, f"lone_norm_{scheme}")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["verification"]["metrics"]["min_sqnr_db"] > 30.0
+    assert "aten.mul.Tensor" not in u["non_delegated_ops"]
+
+
 def test_one_key_value_head_shared_by_every_query_head_lowers_and_verifies(npu: Built) -> None:
     """Multi-query attention (Falcon's): QNN's SDPA decomposition took a head mismatch only as GQA."""
     u = _unit(npu, "multi_query_w8a8")

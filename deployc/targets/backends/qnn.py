@@ -229,7 +229,8 @@ def _adjusted(base: type) -> type:
     """QnnQuantizer, with every softmax's input observed at a step of at least SOFTMAX_MIN_SCALE, and every
     other 16-bit activation over ACTIVATION_HEADROOM_16BIT times its calibrated range. The softmax's floor
     goes on the producer's output too: the softmax reads the tensor its producer's observer quantized.
-    Multi-query attention is marked as GQA before QNN's passes for annotation decompose it."""
+    Multi-query attention is marked as GQA before QNN's passes for annotation decompose it, and a batch norm
+    no convolution took in is written as a multiply and an add."""
     import dataclasses
 
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
@@ -249,6 +250,7 @@ def _adjusted(base: type) -> type:
     class Quantizer(base):
         def transform_for_annotation(self, model: Any) -> Any:
             _shared_heads_as_gqa(model)
+            batch_norms_as_affine(model)
             return super().transform_for_annotation(model)
 
         def annotate(self, model: Any) -> Any:
@@ -266,6 +268,61 @@ def _adjusted(base: type) -> type:
             return model
 
     return Quantizer
+
+
+def batch_norms_as_affine(model: Any) -> int:
+    """Write each inference batch norm left in `model`'s graph as x * scale + shift, with per-channel constants
+    (the norm's own values: gamma / sqrt(var + eps) and beta - mean * scale); returns how many. prepare_pt2e
+    folds a norm after a convolution into its weights before this runs (and deployc one after a linear);
+    what is left reached the HTP's quantized BatchNorm, which computed a lone norm wrongly: a BatchNorm2d
+    alone measured cosine 0.90 in w8a8 and 0.09 in 16a8w on the emulator, and the same norm as a multiply
+    and an add verifies (SwiftFormer's last norm, after a residual sum: its 16a8w output came out negated).
+    The quantizer's own (every quantized scheme); fp16 keeps the BatchNorm op, which computes it right."""
+    import torch
+
+    graph, rewritten = model.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or str(node.target) != "aten.batch_norm.default" or node.args[5] is not False:
+            continue
+        gamma, beta, mean, var = (a if a is None else _attribute(model, a) for a in node.args[1:5])
+        fake = node.meta.get("val")
+        if mean is None or var is None or not hasattr(fake, "fake_mode"):
+            continue
+        with torch.no_grad():
+            scale = torch.rsqrt(var + float(node.args[7]))
+            scale = scale if gamma is None else scale * gamma
+            shift = -mean * scale if beta is None else beta - mean * scale
+        x = node.args[0]
+        per_channel = (-1,) + (1,) * (fake.dim() - 2)
+        with graph.inserting_before(node):
+            constants: list[Any] = []
+            for tensor in (scale.reshape(per_channel), shift.reshape(per_channel)):
+                name = f"_deployc_batch_norm_affine_{rewritten}_{len(constants)}"
+                model.register_buffer(name, tensor.detach().clone())
+                constant = graph.get_attr(name)
+                constant.meta["val"] = fake.fake_mode.from_tensor(getattr(model, name))  # QNN's rules read it
+                constants.append(constant)
+            scaled = graph.call_function(torch.ops.aten.mul.Tensor, (x, constants[0]))
+            shifted = graph.call_function(torch.ops.aten.add.Tensor, (scaled, constants[1]))
+        for made in (scaled, shifted):
+            made.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+        node.replace_all_uses_with(shifted)
+        graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        model.recompile()
+    return rewritten
+
+
+def _attribute(model: Any, node: Any) -> Any:
+    """The tensor a get_attr node reads, or None where the argument is computed."""
+    if getattr(node, "op", None) != "get_attr":
+        return None
+    value = model
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _shared_root(node: Any) -> Any:
