@@ -168,4 +168,9 @@ models:
     inputs:
       x: {shape: [1, 16, 8, 8], range: [-1.0, 1.0]}
     quantization: w8a8
+  gather_w8a8:
+    source: {factory: "models.testnets:fused_key_value"}
+    inputs:
+      x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
+    quantization: w8a8
 """

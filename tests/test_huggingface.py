@@ -303,3 +303,28 @@ def test_an_embedding_directory_runs_an_encoder_decoder_s_encoder_alone(tmp_path
         hidden = loaded.model(input_ids=ids, attention_mask=mask).last_hidden_state
         assert hidden.shape == (1, 9, 32)
         assert torch.allclose(loaded(ids, mask), torch.nn.functional.normalize(hidden.mean(1), dim=1), atol=1e-6)
+
+
+def test_a_decoder_loaded_for_one_pass_builds_no_key_value_cache(tmp_path: Path) -> None:
+    """Falcon as an embedding model: with its config's use_cache, each layer concatenated its keys and
+    values to an empty past, and that concatenation crashed the HTP's int8 graph compile."""
+    import torch
+    import transformers
+
+    from deployc.graph.hf_model import load_directory
+
+    torch.manual_seed(0)
+    config = transformers.FalconConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, vocab_size=200)
+    assert config.use_cache
+    transformers.FalconModel(config).save_pretrained(tmp_path)
+    loaded = load_directory(tmp_path, "embedding")
+    assert loaded.model.config.use_cache is False
+    ids = torch.randint(0, 200, (1, 9))
+    mask = torch.ones_like(ids)
+    graph = torch.export.export(loaded, (ids, mask), strict=False).graph
+    assert not any(str(n.target) == "aten.cat.default" and any(
+        0 in a.meta["val"].shape for a in n.args[0]) for n in graph.nodes if n.op == "call_function")
+    with torch.no_grad():
+        cached = loaded.model(input_ids=ids, attention_mask=mask, use_cache=True).last_hidden_state
+        hidden = loaded.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert torch.equal(cached, hidden)

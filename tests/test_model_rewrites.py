@@ -1,8 +1,8 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
 (deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
-minimum, a batch norm's epsilon moved into its variance and a lone batch norm as a multiply and an add for
-QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
+minimum, a batch norm's epsilon moved into its variance, a lone batch norm as a multiply and an add and a
+gather of constant consecutive indices as a slice for QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
 quantized (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # 
 from deployc.targets.backends.qnn import (  # noqa: E402
     batch_norm_eps_in_variance,
     batch_norms_as_affine,
+    constant_gathers_as_slices,
     one_group_as_layer_norm,
     relu6_as_minimum,
     separate_in_projections,
@@ -243,3 +244,23 @@ def test_a_batch_norm_no_convolution_takes_in_becomes_a_multiply_and_an_add() ->
     targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
     assert "aten.batch_norm.default" not in targets and targets.count("aten.mul.Tensor") == 1
     torch.testing.assert_close(module(x), before, atol=1e-5, rtol=1e-5)
+
+
+def test_a_gather_of_constant_consecutive_indices_becomes_a_slice() -> None:
+    """Falcon's shared key and value, cut out of the fused projection by a list index (the HTP's quantized
+    Gather of it was unrelated to eager); indices that are not consecutive, or a mask, stay gathers."""
+
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            heads = x.view(1, 4, 6, 8)
+            key, pair = heads[..., [-2], :], heads[:, [1, 2]]
+            spread, masked = heads[..., [0, 2], :], heads[:, torch.tensor([True, False, True, False])]
+            return torch.cat([key.flatten(), pair.flatten(), spread.flatten(), masked.flatten()])
+
+    x = torch.randn(1, 4, 48)
+    before = Net()(x)
+    module = torch.export.export(Net(), (x,), strict=False).module(check_guards=False)
+    assert constant_gathers_as_slices(module) == 2
+    targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.index.Tensor") == 2 and targets.count("aten.slice.Tensor") >= 2
+    assert torch.equal(module(x), before)

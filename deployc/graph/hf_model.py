@@ -142,6 +142,10 @@ def load_directory(folder: Path, task: str, context: int | None = None) -> nn.Mo
         first = next(iter(str(exc).strip().splitlines()), type(exc).__name__)
         raise BuildError(f"transformers cannot load {folder} for task {task}: {first[:400]}") from exc
     model.eval()
+    if getattr(model.config, "use_cache", False):
+        # Every task here reads one pass: a decoder's KV cache would only concatenate each layer's keys and
+        # values to an empty past (on QNN's HTP in int8 that empty concatenation crashed Falcon's graph compile).
+        model.config.use_cache = False
     if task == "embedding":
         # An encoder-decoder (T5) embeds with its encoder: the decoder would need decoder ids to run at all.
         # By the config's flag: Funnel's `decoder` upsamples its own encoder's output and needs no ids.

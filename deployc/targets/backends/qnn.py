@@ -47,9 +47,6 @@ _SOFTMAX = frozenset({"softmax", "safe_softmax"})  # SDPA decomposes into aten._
 # before lowering anything (docs/qnn.md, "Refused at plan time").
 _W8A8_16A8W = frozenset({"w8a8", "16a8w"})
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
-    # fp16 verifies (46.6 dB) since its multi-query attention is marked as GQA (_shared_heads_as_gqa).
-    "falcon": (_W8A8_16A8W, "the HTP's graph compile crashes the process (after QNN's preprocessing visited "
-                            "every op; the op not isolated; measured 2026-12-03)"),
     # fp16 verifies since attentions of constants alone are folded (_fold_constants): DETR 64.9 dB,
     # Conditional DETR 61.9 (2026-12-03). Their int8 graphs keep the mask's and position table's recipes
     # (built from `ones` and `arange`, which the fold before quantization does not start from).
@@ -229,8 +226,9 @@ def _adjusted(base: type) -> type:
     """QnnQuantizer, with every softmax's input observed at a step of at least SOFTMAX_MIN_SCALE, and every
     other 16-bit activation over ACTIVATION_HEADROOM_16BIT times its calibrated range. The softmax's floor
     goes on the producer's output too: the softmax reads the tensor its producer's observer quantized.
-    Multi-query attention is marked as GQA before QNN's passes for annotation decompose it, and a batch norm
-    no convolution took in is written as a multiply and an add."""
+    Multi-query attention is marked as GQA before QNN's passes for annotation decompose it, a batch norm
+    no convolution took in is written as a multiply and an add, and a gather of constant consecutive
+    indices as a slice."""
     import dataclasses
 
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
@@ -251,6 +249,7 @@ def _adjusted(base: type) -> type:
         def transform_for_annotation(self, model: Any) -> Any:
             _shared_heads_as_gqa(model)
             batch_norms_as_affine(model)
+            constant_gathers_as_slices(model)
             return super().transform_for_annotation(model)
 
         def annotate(self, model: Any) -> Any:
@@ -307,6 +306,46 @@ def batch_norms_as_affine(model: Any) -> int:
         for made in (scaled, shifted):
             made.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
         node.replace_all_uses_with(shifted)
+        graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        model.recompile()
+    return rewritten
+
+
+def constant_gathers_as_slices(model: Any) -> int:
+    """Write each gather along one dim at constant consecutive indices (`x[..., [-2], :]`, an
+    `aten.index.Tensor` whose one index is a constant) as the slice it is, the same values; returns how many.
+    Falcon cuts its shared key and value out of the fused q/k/v projection so, and in w8a8 the HTP's
+    quantized Gather of it came out unrelated to eager (cosine -0.01; as a slice 34.5 dB). The quantizer's
+    own (every quantized scheme); fp16's gather computes it right."""
+    import torch
+
+    graph, rewritten = model.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or str(node.target) != "aten.index.Tensor":
+            continue
+        source, indices = node.args[0], list(node.args[1])
+        given = [d for d, index in enumerate(indices) if index is not None]
+        shape = getattr(source.meta.get("val"), "shape", None)
+        if len(given) != 1 or shape is None:
+            continue
+        dim = given[0]
+        index = indices[dim]
+        constant = _attribute(model, index.args[0] if str(index.target) == "aten.lift_fresh_copy.default"
+                              else index)
+        if constant is None or constant.dim() != 1 or constant.numel() == 0 \
+                or constant.dtype not in (torch.int64, torch.int32):
+            continue
+        size = int(shape[dim])
+        at = [int(i) % size if -size <= int(i) < size else -1 for i in constant.tolist()]
+        if -1 in at or at != list(range(at[0], at[0] + len(at))):
+            continue
+        with graph.inserting_before(node):
+            sliced = graph.call_function(torch.ops.aten.slice.Tensor, (source, dim, at[0], at[0] + len(at)))
+        sliced.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+        node.replace_all_uses_with(sliced)
         graph.erase_node(node)
         rewritten += 1
     if rewritten:
