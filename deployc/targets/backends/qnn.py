@@ -303,15 +303,9 @@ def batch_norms_as_affine(model: Any) -> int:
                 constants.append(constant)
             scaled = graph.call_function(torch.ops.aten.mul.Tensor, (x, constants[0]))
             shifted = graph.call_function(torch.ops.aten.add.Tensor, (scaled, constants[1]))
-        for made in (scaled, shifted):
-            made.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
-        node.replace_all_uses_with(shifted)
-        graph.erase_node(node)
+        _swap(node, scaled, shifted)
         rewritten += 1
-    if rewritten:
-        graph.eliminate_dead_code()
-        model.recompile()
-    return rewritten
+    return _tidied(model, rewritten)
 
 
 def constant_gathers_as_slices(model: Any) -> int:
@@ -344,12 +338,23 @@ def constant_gathers_as_slices(model: Any) -> int:
             continue
         with graph.inserting_before(node):
             sliced = graph.call_function(torch.ops.aten.slice.Tensor, (source, dim, at[0], at[0] + len(at)))
-        sliced.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
-        node.replace_all_uses_with(sliced)
-        graph.erase_node(node)
+        _swap(node, sliced)
         rewritten += 1
+    return _tidied(model, rewritten)
+
+
+def _swap(node: Any, *made: Any) -> None:
+    """Put the last of `made` (the nodes written for `node`, with its value, module path and stack trace)
+    where `node` was read, and drop `node`."""
+    for new in made:
+        new.meta.update({k: v for k, v in node.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+    node.replace_all_uses_with(made[-1])
+    node.graph.erase_node(node)
+
+
+def _tidied(model: Any, rewritten: int) -> int:
     if rewritten:
-        graph.eliminate_dead_code()
+        model.graph.eliminate_dead_code()
         model.recompile()
     return rewritten
 
