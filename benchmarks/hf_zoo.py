@@ -26,8 +26,9 @@ IMAGE = {"image_size": 32, "num_labels": 5}
 # program "misses" with cosine ~0 because eager fp16 itself does. A raised range is not enough for the
 # deepest: MobileNetV2 (52 convolutions) at 0.3 computes in eager fp16 at 39 dB, MobileViT v2 at 28 dB, and
 # MobileViT's activations fall under int8's step; those three are scaled by measurement instead
-# (unit_variance). EfficientNet, scaled so, verified in fp16 (49 dB, was 39) but lost its NPU int8 row (16a8w
+# (unit_variance), and so is RT-DETR, whose seeded encoder vanishes (1e-25: every query score tied). EfficientNet, scaled so, verified in fp16 (49 dB, was 39) but lost its NPU int8 row (16a8w
 # 19.3 dB): it keeps its range.
+DETECTOR_SIZE = 224  # what deployc feeds a detector whose config has no image_size (docs/manifest.md)
 CALIBRATED = ("w8a8", "16a8w", "16a4w")  # static schemes: calibrated on generated samples
 _WAVEFORM = {"hidden_size": 32, "conv_dim": (32, 32), "conv_stride": (5, 2), "conv_kernel": (10, 3),
              "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4}
@@ -313,7 +314,7 @@ ARCHS: list[Arch] = [
         encoder_in_channels=[16, 24, 32], encoder_hidden_dim=16, d_model=16, encoder_layers=1, decoder_layers=1,
         num_queries=5, num_labels=5, encoder_ffn_dim=32, decoder_ffn_dim=32, num_feature_levels=3, decoder_n_points=2,
         decoder_in_channels=[16, 16, 16], encoder_attention_heads=2, decoder_attention_heads=2,
-        anchor_image_size=None)),
+        anchor_image_size=None), unit_variance=True),
     Arch("wav2vec2_conformer", "audio", "audio-embedding", lambda t: _text(
         t, "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel", conv_depthwise_kernel_size=3, **_WAVEFORM, **LAYERS)),
     Arch("unispeech", "audio", "audio-embedding", lambda t: _text(
@@ -342,10 +343,20 @@ def _unit_variance(model: Any, seed: int, samples: int = 8) -> None:
     output's standard deviation, a layer at a time (a later layer's input depends on the earlier scales)."""
     import torch
 
-    size = model.config.image_size
-    images = torch.rand(samples, model.config.num_channels, size, size,
+    config = model.config
+    size = getattr(config, "image_size", DETECTOR_SIZE)
+    channels = getattr(config, "num_channels", None) or config.backbone_config.num_channels
+    images = torch.rand(samples, channels, size, size,
                         generator=torch.Generator().manual_seed(seed)) * 2 - 1
-    for layer in [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]:
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    ran: list[Any] = []  # the order they run in, which is not always the order they were made in (RT-DETR's)
+    hooks = [layer.register_forward_hook(lambda m, _i, _o: ran.append(m) if m not in ran else None)
+             for layer in layers]
+    with torch.no_grad():
+        model(pixel_values=images[:1])
+    for hook in hooks:
+        hook.remove()
+    for layer in ran:
         for _ in range(4):  # one pass is exact for a layer followed by nothing nonlinear; a few settle the rest
             outputs: list[torch.Tensor] = []
             hook = layer.register_forward_hook(lambda _m, _i, out, seen=outputs: seen.append(out))

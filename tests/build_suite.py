@@ -173,4 +173,9 @@ models:
     inputs:
       x: {shape: [1, 16, 32], range: [-1.0, 1.0]}
     quantization: w8a8
+  pixel_mask_16a8w:
+    source: {factory: "models.testnets:pixel_mask_attention"}
+    inputs:
+      pixels: {shape: [1, 3, 32, 32], range: [-1.0, 1.0]}
+    quantization: 16a8w
 """

@@ -176,3 +176,35 @@ def test_attention_pooling_and_a_float64_branch_build_in_static_int8_and_verify(
         "linear" not in op and "addmm" not in op for op in units["pooled"]["non_delegated_ops"])
     # the float64 arithmetic runs outside the delegate, in float64, as in eager
     assert {"aten.cat.default", "aten.sin.default"} <= set(units["wide"]["non_delegated_ops"])
+
+
+def test_a_mask_and_a_position_table_made_from_ones_and_arange_are_folded_where_they_stop_shrinking() -> None:
+    """DETR's encoder as transformers writes it (testnets.pixel_mask_attention): the all-ones pixel mask
+    resized to the feature map, gathered into the attention mask by `arange` indices, and a sine table of
+    its running sum. Folded before quantization; the mask's broadcast to 64 x 64 grows and stays."""
+    model, x = testnets.pixel_mask_attention(), torch.rand(1, 3, 32, 32) * 2 - 1
+    module = torch.export.export(model, (x,)).module()
+    made = {"aten.ones.default", "aten.arange.default", "aten.arange.start", "aten.index.Tensor",
+            "aten.upsample_nearest2d.vec", "aten.cumsum.default", "aten.sin.default"}
+    assert made <= {str(n.target) for n in module.graph.nodes}
+    assert constants.fold_created_constants(module) == 2  # the 64-key mask and the 64 x 16 position table
+    targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    assert not made & set(targets) and "aten.expand.default" in targets
+    folded = {tuple(b.shape): b for n, b in module.named_buffers() if n.startswith("_deployc_folded")}
+    assert set(folded) == {(1, 1, 1, 64), (1, 64, 16)} and folded[(1, 1, 1, 64)].dtype == torch.bool
+    assert torch.equal(module(x), model(x))
+    assert constants.fold_created_constants(module) == 0
+    assert constants.fold_parameter_chains(module) == 0  # nothing of its parameters alone was folded here
+
+
+def test_a_tensor_made_from_the_input_s_size_is_not_folded() -> None:
+    """Under a dynamic dim, `arange(seq)` reads a symbolic size: it is made anew for each input."""
+
+    class Positions(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.arange(x.shape[1])
+
+    x = torch.rand(1, 6)
+    module = torch.export.export(Positions(), (x,), dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=16)},)).module()
+    assert constants.fold_created_constants(module) == 0
+    assert torch.equal(module(torch.rand(1, 9) * 0), torch.arange(9).float()[None])

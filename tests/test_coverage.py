@@ -127,3 +127,28 @@ def test_the_zoo_scales_its_deepest_conv_nets_to_unit_variance(tmp_path: Path) -
         logits = model(pixel_values=torch.rand(8, 3, 32, 32, generator=torch.Generator().manual_seed(5)) * 2 - 1).logits
     assert len(stds) == 52 and all(0.4 < s < 2.5 for s in stds), [round(s, 2) for s in stds]
     assert 0.3 < float(logits.std()) < 3
+
+
+def test_the_zoo_scales_a_detector_s_layers_in_the_order_they_run(tmp_path: Path) -> None:
+    """RT-DETR builds its encoder's lateral convolutions before the blocks that feed them. Scaled in the
+    order made, a lateral convolution was scaled against its still vanishing input (1e-7) and then put out
+    ~1e7, infinite in fp16; seeded as transformers makes it, its encoder vanishes (1e-25) and every query
+    score ties. Scaled in run order, every layer puts out about unit variance and fp16 stays finite."""
+    import torch
+    import transformers
+
+    [arch] = [a for a in ARCHS if a.name == "rt_detr"]
+    assert arch.unit_variance and save([arch], tmp_path) == {}
+    model = transformers.AutoModelForObjectDetection.from_pretrained(tmp_path / "rt_detr").eval()
+    stds: dict[str, float] = {}
+    for name, layer in model.named_modules():
+        if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)):
+            layer.register_forward_hook(lambda _m, _i, out, n=name: None if n in stds else stds.update({n: float(out.std())}))
+    images = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(5)) * 2 - 1
+    with torch.no_grad():
+        model(pixel_values=images)
+    ran = {n: s for n, s in stds.items() if s > 0}  # zero-initialised heads (attention weights) put out zeros
+    assert len(ran) > 80 and all(0.2 < s < 5 for s in ran.values()), {n: round(s, 2) for n, s in ran.items()}
+    with torch.no_grad():
+        half = model.half()(pixel_values=images.half())
+    assert torch.isfinite(half.logits).all() and torch.isfinite(half.pred_boxes).all()

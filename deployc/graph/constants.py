@@ -56,6 +56,25 @@ def _pure(node: Any) -> bool:
     return True
 
 
+_CHECK = "aten._assert_tensor_metadata.default"  # export's dtype check of a cast: no read of the value
+_CREATES = frozenset({"ones", "zeros", "full", "arange", "scalar_tensor", "linspace", "eye"})
+
+
+def fold_created_constants(model: torch.fx.GraphModule) -> int:
+    """Replace each tensor the graph builds from `ones`, `arange` and the like (and constants) by its value,
+    before quantization sees the graph: a mask, an index or a position table computed the same on every
+    run. After quantization such a recipe can no longer be folded whole (its float links get quantize and
+    dequantize nodes, its created tensors none) and reaches the NPU as index arithmetic and unquantized
+    operands: DETR's attention mask, the image's all-ones pixel mask resized to the feature map and
+    gathered by `arange` indices, met the HTP's Gather ("Output[0] has incorrect Rank 4"), and a sine
+    table's `arange` frequencies met a 16-bit multiply as float32 ("mismatching datatypes 0x416 !=
+    0x232"). Folded at the last link that is no larger than the largest tensor the recipe creates or
+    reads (DETR's mask at 784 elements; the 784 x 784 attention mask it broadcasts to is left to the
+    backend's own fold). Chains of parameters alone are fold_parameter_chains'. Returns how many tensors
+    were folded."""
+    return _fold(model, _pure, created=True)
+
+
 def fold_constant_quantizes(model: torch.fx.GraphModule) -> int:
     """Replace each quantize of a constant by its int8 tensor, as convert_pt2e does for weights. convert_pt2e
     leaves it where the graph writes in place anywhere near the constant (its folder then treats every
@@ -92,19 +111,29 @@ def _written(graph: torch.fx.Graph) -> set[Any]:
     return out
 
 
-def _from_parameters(node: Any, link: Callable[[Any], bool], written: set[Any]) -> bool:
+def _from_parameters(node: Any, link: Callable[[Any], bool], written: set[Any], created: bool = False) -> bool:
     """Whether `node` is computed by `link` ops from constants alone, none of it written in place (a folded
-    tensor would no longer alias what is written)."""
+    tensor would no longer alias what is written). created: a tensor made from nothing (`ones`, `arange`)
+    counts as a constant."""
     if _storage(node) in written:
         return False
-    if node.op == "get_attr":
+    if node.op == "get_attr" or (created and _created(node)):
         return True
     return (node.op == "call_function" and link(node)
-            and all(_from_parameters(a, link, written) for a in node.all_input_nodes))
+            and all(_from_parameters(a, link, written, created) for a in node.all_input_nodes))
 
 
-def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
-    """Fold every chain of `link` operators that starts at constants (get_attr) at its last link."""
+def _created(node: Any) -> bool:
+    """Whether `node` makes a tensor from its arguments' plain values alone (no tensor, no symbolic size)."""
+    target = node.target
+    return (node.op == "call_function" and not node.all_input_nodes and isinstance(target, torch._ops.OpOverload)
+            and target.overloadpacket.__name__ in _CREATES)
+
+
+def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool], created: bool = False) -> int:
+    """Fold every chain of `link` operators that starts at constants (get_attr) at its last link; created:
+    chains that start at `_created` tensors too, folded at their last link that does not grow
+    (fold_created_constants)."""
     values: dict[Any, Any] = {}
 
     def value(node: Any) -> Any:
@@ -117,16 +146,32 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
                 values[node] = node.target(*args, **kwargs)
         return values[node]
 
+    def size(node: Any) -> int:
+        made = value(node) if node.op == "get_attr" else node.meta.get("val")
+        return made.numel() if isinstance(made, torch.Tensor) else 0
+
+    def recipe(node: Any) -> bool:
+        made = node.meta.get("val")
+        if (node.op != "call_function" or not isinstance(made, torch.Tensor)
+                or not _from_parameters(node, link, written, created=True)):
+            return False
+        largest, creates = _reads(node, size)
+        return creates and made.numel() <= largest
+
     written = _written(model.graph)
     folded = 0
     with torch.no_grad():  # a parameter's slice would otherwise carry autograd history, which export cannot copy
         for node in list(model.graph.nodes):
-            if node.op != "call_function" or not _from_parameters(node, link, written):
-                continue
-            if all(_from_parameters(user, link, written) for user in node.users):
-                continue  # an inner link of the chain: its end is folded
+            if created:
+                if not recipe(node) or all(recipe(user) for user in node.users if str(user.target) != _CHECK):
+                    continue  # not made from created tensors, or an inner link: the last link is folded
+            else:
+                if node.op != "call_function" or not _from_parameters(node, link, written):
+                    continue
+                if all(_from_parameters(user, link, written) for user in node.users):
+                    continue  # an inner link of the chain: its end is folded
             tensor = value(node)
-            if not isinstance(tensor, torch.Tensor) or tensor.numel() > _largest_read(node, values):
+            if not isinstance(tensor, torch.Tensor) or tensor.numel() > _reads(node, size)[0]:
                 continue
             name = register(model, tensor)
             with model.graph.inserting_before(node):
@@ -139,27 +184,30 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool]) -> int:
     return folded
 
 
-def _largest_read(node: Any, values: dict[Any, Any]) -> int:
-    """The most elements of any constant the chain ending at `node` reads (0 where it reads none)."""
-    largest, stack, seen = 0, [node], set()
+def _reads(node: Any, size: Callable[[Any], int]) -> tuple[int, bool]:
+    """The most elements of any constant the chain ending at `node` reads or creates (0 where none), and
+    whether it creates any."""
+    largest, creates, stack, seen = 0, False, [node], set()
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        if n.op == "get_attr" and isinstance(values.get(n), torch.Tensor):
-            largest = max(largest, values[n].numel())
+        if n.op == "get_attr" or _created(n):
+            largest = max(largest, size(n))
+            creates = creates or n.op != "get_attr"
         stack.extend(n.all_input_nodes)
-    return largest
+    return largest, creates
 
 
 def drop_unread(model: torch.fx.GraphModule, names: set[str]) -> None:
     """Remove dead nodes, then those of the named attributes nothing reads any more: a packed parameter
     read by nothing would stay in the program beside its slices. Export's dtype checks of a `.float()`
-    count as no read: they check a tensor the graph no longer uses."""
+    count as no read: they check a tensor the graph no longer uses (a parameter, or a mask's float recipe
+    whose cast was folded)."""
     model.graph.eliminate_dead_code()
     for node in list(model.graph.nodes):
-        if (str(node.target) == "aten._assert_tensor_metadata.default" and node.args[0].op == "get_attr"
+        if (str(node.target) == _CHECK and isinstance(node.args[0], torch.fx.Node)
                 and len(node.args[0].users) == 1):
             model.graph.erase_node(node)
     model.graph.eliminate_dead_code()

@@ -228,6 +228,7 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
 
     module = ep.module(check_guards=False)
     constants.fold_parameter_chains(module)
+    constants.fold_created_constants(module)
     batch_norm.fold_into_linears(module)
     prepared = prepare_pt2e(module, float_paths_only(quantizer))
     for sample in calibration:

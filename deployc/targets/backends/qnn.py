@@ -47,19 +47,10 @@ _SOFTMAX = frozenset({"softmax", "safe_softmax"})  # SDPA decomposes into aten._
 # before lowering anything (docs/qnn.md, "Refused at plan time").
 _W8A8_16A8W = frozenset({"w8a8", "16a8w"})
 REFUSED: dict[str, tuple[frozenset[str] | None, str]] = {
-    # fp16 verifies since attentions of constants alone are folded (_fold_constants): DETR 64.9 dB,
-    # Conditional DETR 61.9 (2026-12-03). Their int8 graphs keep the mask's and position table's recipes
-    # (built from `ones` and `arange`, which the fold before quantization does not start from).
-    "detr": (_W8A8_16A8W, "QNN's op validation refuses the Gather of the attention mask (aten.index.Tensor: "
-                          "\"Output[0] has incorrect Rank 4\"; measured 2026-12-03)"),
-    "conditional_detr": (_W8A8_16A8W, "QNN's op validation refuses the Gather of the attention mask "
-                                      "(aten.index.Tensor: \"Output[0] has incorrect Rank 4\", 16a8w); in "
-                                      "w8a8 first a concatenation of a 16-bit input to an 8-bit output "
-                                      "(\"Unsupported input/output datatypes ... 'Concat'\"; measured "
-                                      "2026-12-03)"),
     "rt_detr": (_W8A8_16A8W, "QNN's op validation refuses a rank-6 select_copy in int8 (RT-DETR's deformable "
-                             "attention: \"has incorrect Rank 6\"); in 16a8w the context binary then fails at a "
-                             "16-bit requantize (\"scale too large for requant qu16->qu16\"; measured 2026-12-04)"),
+                             "attention: \"has incorrect Rank 6\") and the datatypes of its sampling grid's "
+                             "repeats ('Tile'), reshapes and multiplies; the context binary then fails "
+                             "(w8a8 and 16a8w; measured 2026-12-04)"),
 }
 
 
