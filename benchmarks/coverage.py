@@ -1,4 +1,5 @@
-"""Which Hugging Face architectures deployc builds and verifies, as a table, in one run.
+"""Which architectures (transformers', and pytorchcv's mobile families) deployc builds and verifies, as a
+table, in one run.
 
     .venv/bin/python benchmarks/coverage.py [--schemes fp32,w8a8] [--only bert,vit] [--jobs 2]
     .venv/bin/python benchmarks/coverage.py --unit npu --schemes fp16,w8a8,16a8w --plain [--work DIR]
@@ -8,7 +9,8 @@ the HTP emulator); `--plain` adds, beside each NPU row, the plain hand-written Q
 (benchmarks/qnn_plain.py). `--work` keeps the models, cache and logs; `--report` saves the build's JSON.
 
 Every architecture in benchmarks/hf_zoo.py (tiny, seeded, saved offline) goes through one manifest
-(`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json) in each
+(`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json; a pytorchcv
+row: `source.factory` with its scaled weights as `source.checkpoint`, a 224 x 224 image) in each
 scheme, built for arduino_q's CPU (XNNPACK) and verified against eager PyTorch at the dims' min, middle
 and max. w8a8 is static int8 (PT2E, calibrated on 16 generated samples): it quantizes convolutions too.
 Cold cache in a temp dir. Prints, per architecture and scheme: built, verified (worst cosine / SQNR)
@@ -69,7 +71,7 @@ def main() -> None:
         made = [a for a in archs if a.name not in not_made]
         refused = _refused(work, made, schemes, "qnn" if args.unit == "npu" else "xnnpack")
         rows = {(a.name, s) for a in made for s in schemes} - set(refused)
-        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit, rows=rows))
+        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit, rows=rows, root=work))
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "deployc", "build", "coverage.yaml", "--json", "--jobs",
                                args.jobs, "--cache-dir", "cache", "--out", "dist"], cwd=work, capture_output=True,
@@ -112,6 +114,8 @@ def _refused(work: Path, archs: list, schemes: list[str], backend: str) -> dict[
 
     out = {}
     for arch in archs:
+        if arch.pytorchcv:  # no transformers model_type: none is refused by name
+            continue
         model_type = json.loads((work / "hf" / arch.name / "config.json").read_text())["model_type"]
         for s in schemes:
             why = BACKENDS[backend].refusal(model_type, s)
@@ -129,7 +133,8 @@ def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int) -> dict[
     def one(arch: Any, scheme: str) -> str:
         if arch.task == "text-generation":  # deployc's own KV-cache decoder: no plain counterpart to build
             return "not compared"
-        proc = subprocess.run([sys.executable, str(script), str(work / "hf" / arch.name), arch.task, scheme,
+        task = f"pytorchcv:{arch.pytorchcv}" if arch.pytorchcv else arch.task
+        proc = subprocess.run([sys.executable, str(script), str(work / "hf" / arch.name), task, scheme,
                                "--seq", str(NPU_SEQ)], capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:

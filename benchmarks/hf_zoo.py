@@ -8,10 +8,16 @@ decoder, verified at the seq dim's points and by greedy token parity. The other 
 GPT-Neo, Phi, OPT, Bloom, Falcon, Gemma 2/3, Phi-3, Granite, SmolLM3, GLM, ...) are architectures deployc's
 decoder lacks; they are built as `embedding` models
 (their hidden states, mean-pooled), which still exercises their attention and MLP blocks.
+
+PYTORCHCV adds the mobile conv families transformers lacks (MobileNetV3, GhostNet, ShuffleNet, SqueezeNet,
+...) from the pytorchcv package's model code (benchmarks/cv_models.py), seeded and scaled the same way,
+saved as a checkpoint that a factory source loads.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +32,9 @@ IMAGE = {"image_size": 32, "num_labels": 5}
 # program "misses" with cosine ~0 because eager fp16 itself does. A raised range is not enough for the
 # deepest: MobileNetV2 (52 convolutions) at 0.3 computes in eager fp16 at 39 dB, MobileViT v2 at 28 dB, and
 # MobileViT's activations fall under int8's step; those three are scaled by measurement instead
-# (unit_variance), and so is RT-DETR, whose seeded encoder vanishes (1e-25: every query score tied). EfficientNet, scaled so, verified in fp16 (49 dB, was 39) but lost its NPU int8 row (16a8w
-# 19.3 dB): it keeps its range.
+# (unit_variance), and so is RT-DETR, whose seeded encoder vanishes (1e-25: every query score tied).
+# EfficientNet, scaled so, verified in fp16 (49 dB, was 39) but lost its NPU int8 row (16a8w 19.3 dB): it
+# keeps its range.
 DETECTOR_SIZE = 224  # what deployc feeds a detector whose config has no image_size (docs/manifest.md)
 CALIBRATED = ("w8a8", "16a8w", "16a4w")  # static schemes: calibrated on generated samples
 _WAVEFORM = {"hidden_size": 32, "conv_dim": (32, 32), "conv_stride": (5, 2), "conv_kernel": (10, 3),
@@ -55,6 +62,9 @@ class Arch:
     # sample inputs (LSUV, Mishkin & Matas 2016): the activations of a trained network's normalised layers,
     # instead of the vanishing or exploding ones a seeded deep net has at any one initializer range.
     unit_variance: bool = False
+    # A pytorchcv model ("module:function", benchmarks/cv_models.py) instead of a transformers one: built
+    # through a factory with its weights as a checkpoint; a 224 x 224 image in, CLASSES logits out.
+    pytorchcv: str = ""
 
 
 def _text(t: Any, config: str, model: str, **kw: Any) -> Any:
@@ -338,14 +348,49 @@ ARCHS: list[Arch] = [
 ]
 
 
+def _cv(name: str, model: str) -> Arch:
+    """A mobile family transformers lacks, from pytorchcv, scaled to unit variance (seeded, their outputs
+    are 0.008 to 4000)."""
+    return Arch(name, "vision", "image-classification", lambda _t: None, unit_variance=True, pytorchcv=model)
+
+
+# The families a mobile team uses that transformers does not have (timm and torchvision do not install beside
+# torch 2.13's CPU build): MobileNetV3, GhostNet, ShuffleNet v1/v2, SqueezeNet, EfficientNet-EdgeTPU (the
+# Lite family's sibling: no squeeze-excite, ReLU), MnasNet, ProxylessNAS, MixNet, HarDNet, RegNetY, IGCV3,
+# YOLO's Darknet-tiny backbone; each at its smallest width pytorchcv has.
+PYTORCHCV: list[Arch] = [
+    _cv("mobilenet_v3", "mobilenetv3:mobilenetv3_small_w7d20"),
+    _cv("ghostnet", "ghostnet:ghostnet"),
+    _cv("shufflenet", "shufflenet:shufflenet_g3_wd4"),
+    _cv("shufflenet_v2", "shufflenetv2:shufflenetv2_wd2"),
+    _cv("squeezenet", "squeezenet:squeezenet_v1_1"),
+    _cv("efficientnet_edgetpu", "efficientnetedge:efficientnet_edge_small_b"),
+    _cv("mnasnet", "mnasnet:mnasnet_small"),
+    _cv("proxylessnas", "proxylessnas:proxylessnas_mobile"),
+    _cv("mixnet", "mixnet:mixnet_s"),
+    _cv("hardnet", "hardnet:hardnet39ds"),
+    _cv("regnet_y", "regnet:regnety002"),
+    _cv("igcv3", "igcv3:igcv3_wd4"),
+    _cv("darknet_tiny", "darknet:darknet_tiny"),
+]
+ARCHS += PYTORCHCV
+CV_SIZE = 224  # pytorchcv's models pool their last 7 x 7 map: 224-pixel images
+CHECKPOINT = "model.safetensors"
+
+
 def _unit_variance(model: Any, seed: int, samples: int = 8) -> None:
     """LSUV on images in deployc's declared pixel range [-1, 1]: each layer's weight and bias divided by its
     output's standard deviation, a layer at a time (a later layer's input depends on the earlier scales)."""
     import torch
 
-    config = model.config
+    config = getattr(model, "config", None)
+    if config is None:  # pytorchcv
+        _unit_variance_in_one_pass(model, torch.rand(2, 3, CV_SIZE, CV_SIZE,
+                                                     generator=torch.Generator().manual_seed(seed)) * 2 - 1)
+        return
     size = getattr(config, "image_size", DETECTOR_SIZE)
     channels = getattr(config, "num_channels", None) or config.backbone_config.num_channels
+    call = lambda images: model(pixel_values=images)  # noqa: E731
     images = torch.rand(samples, channels, size, size,
                         generator=torch.Generator().manual_seed(seed)) * 2 - 1
     layers = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
@@ -353,7 +398,7 @@ def _unit_variance(model: Any, seed: int, samples: int = 8) -> None:
     hooks = [layer.register_forward_hook(lambda m, _i, _o: ran.append(m) if m not in ran else None)
              for layer in layers]
     with torch.no_grad():
-        model(pixel_values=images[:1])
+        call(images[:1])
     for hook in hooks:
         hook.remove()
     for layer in ran:
@@ -361,7 +406,7 @@ def _unit_variance(model: Any, seed: int, samples: int = 8) -> None:
             outputs: list[torch.Tensor] = []
             hook = layer.register_forward_hook(lambda _m, _i, out, seen=outputs: seen.append(out))
             with torch.no_grad():
-                model(pixel_values=images)
+                call(images)
             hook.remove()
             std = float(outputs[0].std()) if outputs else 0.0
             if std == 0.0 or abs(std - 1.0) < 0.05:
@@ -372,8 +417,35 @@ def _unit_variance(model: Any, seed: int, samples: int = 8) -> None:
                     layer.bias /= std
 
 
+def _unit_variance_in_one_pass(model: Any, images: Any) -> None:
+    """LSUV in one forward pass: as each convolution or linear layer runs, its weight and bias are divided by
+    its output's std, and so is the output the rest of the pass reads, which is what the scaled layer puts
+    out. The same scales as _unit_variance's layer-at-a-time passes to rounding, one pass instead of two
+    per layer: on 224-pixel images those took minutes a model (pytorchcv's rows). The transformers rows
+    keep the passes: their weights, and the figures measured on them, stay as they are."""
+    import torch
+
+    def scale(layer: Any, _inputs: Any, out: Any) -> Any:
+        std = float(out.std())
+        if std == 0.0:  # a zero-initialised layer (a gate): nothing to scale
+            return None
+        layer.weight /= std
+        if layer.bias is not None:
+            layer.bias /= std
+        return out / std
+
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    hooks = [layer.register_forward_hook(scale) for layer in layers]
+    with torch.no_grad():
+        model(images)
+    for hook in hooks:
+        hook.remove()
+
+
 def save(archs: list[Arch], folder: Path, seed: int = 0) -> dict[str, str]:
-    """Save each architecture under folder/<name>; returns name -> why it could not be made (if any)."""
+    """Save each architecture under folder/<name> (a pytorchcv one as its CHECKPOINT, with cv_models.py, its
+    factory, beside `folder`); returns name -> why it could not be made (if any)."""
+    import cv_models
     import torch
     import transformers
 
@@ -381,10 +453,17 @@ def save(archs: list[Arch], folder: Path, seed: int = 0) -> dict[str, str]:
     for arch in archs:
         torch.manual_seed(seed)
         try:
-            model = arch.make(transformers)
+            model = cv_models.build(arch.pytorchcv) if arch.pytorchcv else arch.make(transformers)
             if arch.unit_variance:
                 _unit_variance(model.eval(), seed)
-            model.save_pretrained(folder / arch.name)
+            if arch.pytorchcv:
+                from safetensors.torch import save_file
+
+                (folder / arch.name).mkdir(parents=True, exist_ok=True)
+                save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / arch.name / CHECKPOINT)
+                shutil.copy(Path(cv_models.__file__), folder.parent / "cv_models.py")
+            else:
+                model.save_pretrained(folder / arch.name)
         except Exception as exc:  # an architecture this transformers cannot make is a coverage result
             problems[arch.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return problems
@@ -396,9 +475,10 @@ NPU_CONTEXT = 64  # decoders on the npu: their static form's context (the zoo's 
 
 
 def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples: int = 16, unit: str = "cpu",
-             rows: set[tuple[str, str]] | None = None) -> str:
+             rows: set[tuple[str, str]] | None = None, root: Path | None = None) -> str:
     """One manifest with every architecture in every scheme (or only the (name, scheme) rows given), on
-    arduino_q's CPU (XNNPACK) or on snapdragon's NPU (QNN; text models at a static NPU_SEQ tokens)."""
+    arduino_q's CPU (XNNPACK) or on snapdragon's NPU (QNN; text models at a static NPU_SEQ tokens).
+    root: the manifest's folder, where save() put `folder`: the pytorchcv rows' checkpoints are hashed."""
     target = UNITS[unit]
     text = f"apiVersion: deployc/v1\nname: coverage\nversion: 0.1.0\ntargets: [{target}]\nmodels:\n"
     for arch in archs:
@@ -413,10 +493,20 @@ def manifest(archs: list[Arch], schemes: list[str], folder: str = "hf", samples:
                 continue
             quantization = f"{{scheme: {scheme}, calibration: {{samples: {samples}}}}}" \
                 if scheme in CALIBRATED else scheme
-            text += (f"  {arch.name}_{scheme}:\n    task: {arch.task}\n"
-                     f"    source: {{huggingface: {folder}/{arch.name}}}\n    quantization: {quantization}\n"
-                     f"    overrides:\n      {target}: {{unit: {unit}{static}}}\n")
+            text += f"  {arch.name}_{scheme}:\n" + (_factory(arch, folder, root) if arch.pytorchcv else (
+                f"    task: {arch.task}\n    source: {{huggingface: {folder}/{arch.name}}}\n"))
+            text += f"    quantization: {quantization}\n    overrides:\n      {target}: {{unit: {unit}{static}}}\n"
     return text
+
+
+def _factory(arch: Arch, folder: str, root: Path | None) -> str:
+    if root is None:
+        raise ValueError(f"{arch.name}: a pytorchcv row needs the manifest's folder (root) to hash its checkpoint")
+    path = f"{folder}/{arch.name}/{CHECKPOINT}"
+    sha256 = hashlib.sha256((root / path).read_bytes()).hexdigest()
+    return (f"    source: {{factory: \"cv_models:build\", kwargs: {{model: \"{arch.pytorchcv}\"}},\n"
+            f"             checkpoint: {{path: {path}, sha256: {sha256}}}}}\n"
+            f"    inputs:\n      image: {{shape: [1, 3, {CV_SIZE}, {CV_SIZE}], range: [-1.0, 1.0]}}\n")
 
 
 def error_class(failure: dict | None) -> str:

@@ -2,6 +2,9 @@
 
     .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8]
 
+TASK is the transformers task of FOLDER's model, or `pytorchcv:<module>:<function>` for a pytorchcv row of
+the zoo (FOLDER holds its model.safetensors).
+
 What a user writes from Qualcomm's own examples (executorch/examples/qualcomm/oss_scripts/): the model
 from transformers, torch.export, for a quantized scheme `QnnQuantizer` with Qualcomm's defaults
 (set_default_quant_config(QuantDtype), nothing else), prepare_pt2e / convert_pt2e on `--samples` random
@@ -31,6 +34,8 @@ def _inputs(model: Any, task: str, seq: int, seed: int) -> tuple[Any, ...]:
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if task.startswith("pytorchcv:"):  # hf_zoo.PYTORCHCV: a 224 x 224 image
+        return (torch.rand(1, 3, 224, 224, generator=g) * 2 - 1,)
     config = model.model.config
     if task in ("embedding", "text-classification"):
         ids = torch.randint(0, int(config.vocab_size), (1, seq), generator=g)
@@ -44,10 +49,24 @@ def _inputs(model: Any, task: str, seq: int, seed: int) -> tuple[Any, ...]:
     return (torch.rand(1, int(getattr(config, "num_channels", 3)), size, size, generator=g) * 2 - 1,)
 
 
+def _load(folder: Path, task: str) -> Any:
+    """deployc's wrapper of a transformers directory, or (task "pytorchcv:<module>:<function>") the
+    pytorchcv model with the zoo's weights."""
+    from deployc.graph.hf_model import load_directory
+
+    if not task.startswith("pytorchcv:"):
+        return load_directory(folder, task)
+    import cv_models
+    from safetensors.torch import load_file
+
+    model = cv_models.build(task.removeprefix("pytorchcv:"))
+    model.load_state_dict(load_file(folder / "model.safetensors"))
+    return model
+
+
 def run(folder: Path, task: str, scheme: str, seq: int, samples: int) -> dict[str, Any]:
     import torch
 
-    from deployc.graph.hf_model import load_directory
     from deployc.graph.metrics import compare
     from deployc.targets.backends import qnn_host
 
@@ -62,7 +81,7 @@ def run(folder: Path, task: str, scheme: str, seq: int, samples: int) -> dict[st
 
     step = "load"
     try:
-        model = load_directory(folder, task)
+        model = _load(folder, task)
         example = _inputs(model, task, seq, 0)
         module: Any = model
         if scheme != "fp16":
