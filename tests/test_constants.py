@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # registers the quantized_decomposed ops
 from conftest import build_project
@@ -208,3 +209,21 @@ def test_a_tensor_made_from_the_input_s_size_is_not_folded() -> None:
     module = torch.export.export(Positions(), (x,), dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=16)},)).module()
     assert constants.fold_created_constants(module) == 0
     assert torch.equal(module(torch.rand(1, 9) * 0), torch.arange(9).float()[None])
+
+
+def test_a_created_tensor_larger_than_the_cap_stays_a_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folded tensor is stored in the program: a long context's causal mask (2048 x 2048 floats, 16 MiB)
+    is computed by the program instead."""
+
+    class Causal(torch.nn.Module):
+        def forward(self, scores: torch.Tensor) -> torch.Tensor:
+            size = scores.shape[-1]
+            return scores + torch.full((size, size), float("-inf")).triu(1)
+
+    x = torch.rand(1, 8, 8)
+    module = torch.export.export(Causal(), (x,)).module()
+    monkeypatch.setattr(constants, "CREATED_MAX_ELEMENTS", 63)
+    assert constants.fold_created_constants(module) == 0
+    monkeypatch.setattr(constants, "CREATED_MAX_ELEMENTS", 64)
+    assert constants.fold_created_constants(module) == 1
+    assert torch.equal(module(x), x + torch.full((8, 8), float("-inf")).triu(1))

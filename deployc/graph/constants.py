@@ -58,6 +58,9 @@ def _pure(node: Any) -> bool:
 
 _CHECK = "aten._assert_tensor_metadata.default"  # export's dtype check of a cast: no read of the value
 _CREATES = frozenset({"ones", "zeros", "full", "arange", "scalar_tensor", "linspace", "eye"})
+# A created tensor folded is stored in the program; above this many elements (4 MiB in float32: a long
+# context's causal mask) it stays a recipe the program computes.
+CREATED_MAX_ELEMENTS = 1 << 20
 
 
 def fold_created_constants(model: torch.fx.GraphModule) -> int:
@@ -70,8 +73,8 @@ def fold_created_constants(model: torch.fx.GraphModule) -> int:
     table's `arange` frequencies met a 16-bit multiply as float32 ("mismatching datatypes 0x416 !=
     0x232"). Folded at the last link that is no larger than the largest tensor the recipe creates or
     reads (DETR's mask at 784 elements; the 784 x 784 attention mask it broadcasts to is left to the
-    backend's own fold). Chains of parameters alone are fold_parameter_chains'. Returns how many tensors
-    were folded."""
+    backend's own fold), and no larger than CREATED_MAX_ELEMENTS. Chains of parameters alone are
+    fold_parameter_chains'. Returns how many tensors were folded."""
     return _fold(model, _pure, created=True)
 
 
@@ -156,7 +159,7 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool], created: boo
                 or not _from_parameters(node, link, written, created=True)):
             return False
         largest, creates = _reads(node, size)
-        return creates and made.numel() <= largest
+        return creates and made.numel() <= min(largest, CREATED_MAX_ELEMENTS)
 
     written = _written(model.graph)
     folded = 0
