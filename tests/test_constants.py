@@ -227,3 +227,24 @@ def test_a_created_tensor_larger_than_the_cap_stays_a_recipe(monkeypatch: pytest
     monkeypatch.setattr(constants, "CREATED_MAX_ELEMENTS", 64)
     assert constants.fold_created_constants(module) == 1
     assert torch.equal(module(x), x + torch.full((8, 8), float("-inf")).triu(1))
+
+
+def test_a_graph_thousands_of_nodes_deep_is_folded_without_recursing_node_by_node() -> None:
+    """IGCV3's w8a8 failed at quantization with "maximum recursion depth exceeded": which nodes are
+    constants was followed input by input, one Python frame per node of a 979-node chain."""
+
+    class Deep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(1500):
+                x = torch.relu(x)
+            return x + self.bias * 2 + torch.arange(4)
+
+    x = torch.rand(4) - 0.5
+    module = torch.export.export(Deep(), (x,)).module()
+    assert constants.fold_parameter_chains(module) == 1  # bias * 2
+    assert constants.fold_created_constants(module) == 1  # the arange
+    assert torch.equal(module(x), torch.relu(x) + 2 + torch.arange(4))

@@ -114,16 +114,20 @@ def _written(graph: torch.fx.Graph) -> set[Any]:
     return out
 
 
-def _from_parameters(node: Any, link: Callable[[Any], bool], written: set[Any], created: bool = False) -> bool:
-    """Whether `node` is computed by `link` ops from constants alone, none of it written in place (a folded
-    tensor would no longer alias what is written). created: a tensor made from nothing (`ones`, `arange`)
-    counts as a constant."""
-    if _storage(node) in written:
-        return False
-    if node.op == "get_attr" or (created and _created(node)):
-        return True
-    return (node.op == "call_function" and link(node)
-            and all(_from_parameters(a, link, written, created) for a in node.all_input_nodes))
+def _constant_nodes(graph: torch.fx.Graph, link: Callable[[Any], bool], written: set[Any],
+                     created: bool = False) -> set[Any]:
+    """The nodes computed by `link` ops from constants alone, none of it written in place (a folded tensor
+    would no longer alias what is written); created: a tensor made from nothing (`ones`, `arange`) counts
+    as a constant. In one pass over the graph's topological order: a chain thousands of nodes deep
+    (IGCV3's) would exceed Python's recursion limit followed node by node."""
+    out: set[Any] = set()
+    for node in graph.nodes:
+        if _storage(node) in written:
+            continue
+        if (node.op == "get_attr" or (created and _created(node))
+                or (node.op == "call_function" and link(node) and all(a in out for a in node.all_input_nodes))):
+            out.add(node)
+    return out
 
 
 def _created(node: Any) -> bool:
@@ -155,13 +159,14 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool], created: boo
 
     def recipe(node: Any) -> bool:
         made = node.meta.get("val")
-        if (node.op != "call_function" or not isinstance(made, torch.Tensor)
-                or not _from_parameters(node, link, written, created=True)):
+        if node.op != "call_function" or not isinstance(made, torch.Tensor) or node not in computable:
             return False
         largest, creates = _reads(node, size)
         return creates and made.numel() <= min(largest, CREATED_MAX_ELEMENTS)
 
     written = _written(model.graph)
+    # A folded node's users keep their standing: what they read is a constant (get_attr) either way.
+    computable = _constant_nodes(model.graph, link, written, created)
     folded = 0
     with torch.no_grad():  # a parameter's slice would otherwise carry autograd history, which export cannot copy
         for node in list(model.graph.nodes):
@@ -169,9 +174,9 @@ def _fold(model: torch.fx.GraphModule, link: Callable[[Any], bool], created: boo
                 if not recipe(node) or all(recipe(user) for user in node.users if str(user.target) != _CHECK):
                     continue  # not made from created tensors, or an inner link: the last link is folded
             else:
-                if node.op != "call_function" or not _from_parameters(node, link, written):
+                if node.op != "call_function" or node not in computable:
                     continue
-                if all(_from_parameters(user, link, written) for user in node.users):
+                if all(user in computable for user in node.users):
                     continue  # an inner link of the chain: its end is folded
             tensor = value(node)
             if not isinstance(tensor, torch.Tensor) or tensor.numel() > _reads(node, size)[0]:
