@@ -178,4 +178,9 @@ models:
     inputs:
       pixels: {shape: [1, 3, 32, 32], range: [-1.0, 1.0]}
     quantization: 16a8w
+  hard_swish_16a8w:
+    source: {factory: "models.testnets:conv_hard_swish"}
+    inputs:
+      x: {shape: [1, 8, 16, 16], range: [-2.0, 2.0]}
+    quantization: 16a8w
 """

@@ -20,15 +20,17 @@ from hf_zoo import ARCHS, manifest, save
 # BERT is tests/test_huggingface.py's (the same config and seed, in fp32, 8da8w and w8a8): not built twice.
 SUBSET = ("llama", "resnet", "detr", "whisper")
 # CvT in w8a8 alone: its class token's concatenation takes static int8 to 4 dB; the float fallback's row.
-ROWS = {(arch, scheme) for arch in SUBSET for scheme in ("fp32", "w8a8")} | {("cvt", "w8a8")}
+# SqueezeNet in fp32: a pytorchcv row (a factory with its weights as a checkpoint), the smallest of them.
+ROWS = {(arch, scheme) for arch in SUBSET for scheme in ("fp32", "w8a8")} | {("cvt", "w8a8"), ("squeezenet", "fp32")}
 
 
 @pytest.fixture(scope="module")
 def coverage(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("coverage")
     archs = [a for a in ARCHS if a.name in {name for name, _ in ROWS}]
-    path = make_project(folder / "project", manifest(archs, ["fp32", "w8a8"], rows=ROWS), "coverage.yaml")
-    assert save(archs, folder / "project" / "hf") == {}
+    assert save(archs, folder / "project" / "hf") == {}  # first: the manifest hashes a pytorchcv checkpoint
+    text = manifest(archs, ["fp32", "w8a8"], rows=ROWS, root=folder / "project")
+    path = make_project(folder / "project", text, "coverage.yaml")
     result, report = build_json(path, folder / "dist", folder / "cache", "--jobs", "2")
     assert report, result.err[-3000:]
     bundle = folder / "dist" / "coverage" / "0.1.0" / "arduino_q"
@@ -61,6 +63,19 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
     if scheme == "w8a8":
         assert unit["quantization"] == "w8a8"
 
+
+
+@pytest.mark.slow
+def test_a_pytorchcv_family_builds_from_its_factory_and_checkpoint(coverage: dict[str, dict]) -> None:
+    """SqueezeNet from pytorchcv's model code, seeded and scaled, its weights a checkpoint the manifest
+    hashes: 224-pixel images in, 5 logits out, verified against eager."""
+    unit = coverage["squeezenet_fp32"]
+    assert unit["status"] == "built", unit["failure"]
+    assert unit["verification"]["status"] == "passed" and unit["verification"]["metrics"]["min_sqnr_db"] > 80
+    config = json.loads((unit["bundle"] / "runtime.json").read_text())
+    [forward] = next(p for p in config["programs"] if p["name"] == "squeezenet_fp32")["methods"]
+    assert [[d["value"] for d in i["shape"]] for i in forward["inputs"]] == [[1, 3, 224, 224]]
+    assert [[d["value"] for d in o["shape"]] for o in forward["outputs"]] == [[1, 5]]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # 
 from deployc.targets.backends.qnn import (  # noqa: E402
     batch_norm_eps_in_variance,
     batch_norms_as_affine,
+    clamps_as_relu_minimum,
     constant_gathers_as_slices,
     one_group_as_layer_norm,
     relu6_as_minimum,
@@ -264,3 +265,30 @@ def test_a_gather_of_constant_consecutive_indices_becomes_a_slice() -> None:
     targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
     assert targets.count("aten.index.Tensor") == 2 and targets.count("aten.slice.Tensor") >= 2
     assert torch.equal(module(x), before)
+
+
+def test_a_clamp_from_zero_in_the_graph_becomes_a_relu_and_a_minimum() -> None:
+    """MobileNetV3's hard swish (a functional, in-place ReLU6) and GhostNet's hard sigmoid (a clamp to
+    [0, 1]), which no module rewrite reaches, and an in-place clamp whose input is read again (export
+    reads the clamped value through the clamp's own output); a clamp not from 0 stays."""
+
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            swish = x * torch.nn.functional.relu6(x + 3.0, inplace=True) / 6.0
+            sigmoid = torch.clamp(x / 6.0 + 0.5, 0.0, 1.0)
+            shifted = x - 1.0
+            read_again = torch.nn.functional.hardtanh(shifted, 0.0, 2.0, inplace=True) + shifted
+            return swish + sigmoid + read_again + torch.clamp(x, -1.0, 1.0)
+
+    x = torch.randn(2, 64) * 6
+    before = Net()(x.clone())
+    module = torch.export.export(Net(), (x.clone(),), strict=False).module(check_guards=False)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:  # QNN's graph carries fake values
+        for node in module.graph.nodes:
+            if isinstance(node.meta.get("val"), torch.Tensor):
+                node.meta["val"] = mode.from_tensor(node.meta["val"])
+    assert clamps_as_relu_minimum(module) == 3
+    targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.minimum.default") == 3 and targets.count("aten.clamp.default") == 1
+    assert not {"aten.relu6_.default", "aten.hardtanh_.default"} & set(targets)
+    assert torch.equal(module(x.clone()), before)

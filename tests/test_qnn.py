@@ -117,6 +117,14 @@ def test_a_mask_made_in_the_graph_reaches_the_npu_as_a_constant(npu: Built) -> N
     assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 40.0
 
 
+def test_a_functional_clamp_is_a_relu_and_a_minimum_on_the_npu(npu: Built) -> None:
+    """MobileNetV3's hard swish written with a functional, in-place ReLU6 and a hard sigmoid by a clamp: the
+    HTP's 16-bit ReluMinMax took this net to 8.8 dB (cosine 0.977); as a ReLU and a minimum, 44.6 dB."""
+    u = _unit(npu, "hard_swish_16a8w")
+    assert u["status"] == "built" and u["verification"]["status"] == "passed", u["verification"]
+    assert u["delegated_share"] == 1.0 and u["verification"]["metrics"]["min_sqnr_db"] > 40.0
+
+
 def test_one_key_value_head_shared_by_every_query_head_lowers_and_verifies(npu: Built) -> None:
     """Multi-query attention (Falcon's): QNN's SDPA decomposition took a head mismatch only as GQA."""
     u = _unit(npu, "multi_query_w8a8")

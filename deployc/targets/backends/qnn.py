@@ -149,6 +149,7 @@ class Qnn(BackendBase):
 
         quantizer = _adjusted(QnnQuantizer)()
         quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
+        quantizer.rewrite_clamps = recipe.scheme.startswith("16")  # clamps with 16-bit activations
         if activation_bits is None:
             activation_bits = dict.fromkeys(W8A8_16BIT_OPS, 16) if recipe.scheme == "w8a8" else {}
         dtypes = {16: "use_16a8w", 8: "use_8a8w"}
@@ -218,8 +219,8 @@ def _adjusted(base: type) -> type:
     other 16-bit activation over ACTIVATION_HEADROOM_16BIT times its calibrated range. The softmax's floor
     goes on the producer's output too: the softmax reads the tensor its producer's observer quantized.
     Multi-query attention is marked as GQA before QNN's passes for annotation decompose it, a batch norm
-    no convolution took in is written as a multiply and an add, and a gather of constant consecutive
-    indices as a slice."""
+    no convolution took in is written as a multiply and an add, a gather of constant consecutive
+    indices as a slice, and, with 16-bit activations, a clamp from 0 as a ReLU and a minimum."""
     import dataclasses
 
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
@@ -237,10 +238,14 @@ def _adjusted(base: type) -> type:
         return dataclasses.replace(spec, observer_or_fake_quant_ctr=cls.with_args(**kwargs))
 
     class Quantizer(base):
+        rewrite_clamps = False
+
         def transform_for_annotation(self, model: Any) -> Any:
             _shared_heads_as_gqa(model)
             batch_norms_as_affine(model)
             constant_gathers_as_slices(model)
+            if self.rewrite_clamps:
+                clamps_as_relu_minimum(model)
             return super().transform_for_annotation(model)
 
         def annotate(self, model: Any) -> Any:
@@ -330,6 +335,45 @@ def constant_gathers_as_slices(model: Any) -> int:
         with graph.inserting_before(node):
             sliced = graph.call_function(torch.ops.aten.slice.Tensor, (source, dim, at[0], at[0] + len(at)))
         _swap(node, sliced)
+        rewritten += 1
+    return _tidied(model, rewritten)
+
+
+_CLAMPS = {"aten.relu6.default": (0.0, 6.0), "aten.relu6_.default": (0.0, 6.0), "aten.hardtanh.default": None,
+           "aten.hardtanh_.default": None, "aten.clamp.default": None, "aten.clamp_.default": None}
+
+
+def clamps_as_relu_minimum(model: Any) -> int:
+    """Write each clamp from 0 left in `model`'s graph (a functional or in-place `F.relu6`, `F.hardtanh`,
+    `torch.clamp(x, 0, top)`: MobileNetV3's hard swish, GhostNet's hard sigmoid) as max(x, 0) then the
+    minimum with its top, the same values; returns how many. The graph's form of relu6_as_minimum, for what
+    is no module: QNN lowers these to the HTP's ReluMinMax, which loses precision with 16-bit
+    activations. An in-place clamp is rewritten only where nothing reads its input after it (a read after
+    would see the clamped values). The quantizer's own, in the schemes with 16-bit activations: in w8a8
+    (a clamp at 8 bits) MobileNetV3 measured 22.0 dB with its clamps and 17.7 rewritten."""
+    import torch
+
+    graph, rewritten = model.graph, 0
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        target = str(node.target)
+        if node.op != "call_function" or target not in _CLAMPS:
+            continue
+        low, top = _CLAMPS[target] or [node.args[i] if len(node.args) > i else node.kwargs.get(key)
+                                       for i, key in ((1, "min"), (2, "max"))]
+        x, fake = node.args[0], node.meta.get("val")
+        if low != 0 or not isinstance(top, (int, float)) or not hasattr(fake, "fake_mode") \
+                or not fake.dtype.is_floating_point \
+                or (target.endswith("_.default") and any(order[u] > order[node] for u in x.users if u is not node)):
+            continue
+        name = f"_deployc_clamp_top_{rewritten}"
+        model.register_buffer(name, torch.tensor(float(top), dtype=fake.dtype), persistent=False)
+        with graph.inserting_before(node):
+            top = graph.get_attr(name)
+            top.meta["val"] = fake.fake_mode.from_tensor(getattr(model, name))  # QNN's rules read it
+            relu = graph.call_function(torch.ops.aten.relu.default, (x,))
+            clamped = graph.call_function(torch.ops.aten.minimum.default, (relu, top))
+        _swap(node, relu, clamped)
         rewritten += 1
     return _tidied(model, rewritten)
 
