@@ -277,8 +277,9 @@ def test_a_clamp_from_zero_in_the_graph_becomes_a_relu_and_a_minimum() -> None:
             swish = x * torch.nn.functional.relu6(x + 3.0, inplace=True) / 6.0
             sigmoid = torch.clamp(x / 6.0 + 0.5, 0.0, 1.0)
             shifted = x - 1.0
+            before_in_place = torch.clamp(shifted, 0.0, 1.0)  # a rewritten reader of what is clamped in place next
             read_again = torch.nn.functional.hardtanh(shifted, 0.0, 2.0, inplace=True) + shifted
-            return swish + sigmoid + read_again + torch.clamp(x, -1.0, 1.0)
+            return swish + sigmoid + before_in_place + read_again + torch.clamp(x, -1.0, 1.0)
 
     x = torch.randn(2, 64) * 6
     before = Net()(x.clone())
@@ -287,8 +288,8 @@ def test_a_clamp_from_zero_in_the_graph_becomes_a_relu_and_a_minimum() -> None:
         for node in module.graph.nodes:
             if isinstance(node.meta.get("val"), torch.Tensor):
                 node.meta["val"] = mode.from_tensor(node.meta["val"])
-    assert clamps_as_relu_minimum(module) == 3
+    assert clamps_as_relu_minimum(module) == 4
     targets = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
-    assert targets.count("aten.minimum.default") == 3 and targets.count("aten.clamp.default") == 1
+    assert targets.count("aten.minimum.default") == 4 and targets.count("aten.clamp.default") == 1
     assert not {"aten.relu6_.default", "aten.hardtanh_.default"} & set(targets)
     assert torch.equal(module(x.clone()), before)

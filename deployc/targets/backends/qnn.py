@@ -364,15 +364,15 @@ def clamps_as_relu_minimum(model: Any) -> int:
         x, fake = node.args[0], node.meta.get("val")
         if low != 0 or not isinstance(top, (int, float)) or not hasattr(fake, "fake_mode") \
                 or not fake.dtype.is_floating_point \
-                or (target.endswith("_.default") and any(order[u] > order[node] for u in x.users if u is not node)):
+                or (target.endswith("_.default") and any(order.get(u, -1) > order[node] for u in x.users)):
             continue
         name = f"_deployc_clamp_top_{rewritten}"
         model.register_buffer(name, torch.tensor(float(top), dtype=fake.dtype), persistent=False)
-        with graph.inserting_before(node):
-            top = graph.get_attr(name)
-            top.meta["val"] = fake.fake_mode.from_tensor(getattr(model, name))  # QNN's rules read it
+        with graph.inserting_before(node):  # (a rewritten clamp's nodes are not in `order`: they come before)
+            ceiling = graph.get_attr(name)
+            ceiling.meta["val"] = fake.fake_mode.from_tensor(getattr(model, name))  # QNN's rules read it
             relu = graph.call_function(torch.ops.aten.relu.default, (x,))
-            clamped = graph.call_function(torch.ops.aten.minimum.default, (relu, top))
+            clamped = graph.call_function(torch.ops.aten.minimum.default, (relu, ceiling))
         _swap(node, relu, clamped)
         rewritten += 1
     return _tidied(model, rewritten)
