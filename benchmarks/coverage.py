@@ -6,7 +6,8 @@ table, in one run.
 
 `--unit npu` builds the rows for snapdragon's NPU instead (QNN, text at a static 16 tokens, verified on
 the HTP emulator); `--plain` adds, beside each NPU row, the plain hand-written Qualcomm path
-(benchmarks/qnn_plain.py). `--work` keeps the models, cache and logs; `--report` saves the build's JSON.
+(benchmarks/qnn_plain.py), with deployc's program judged again on the plain path's samples ("ours"), so
+the two are compared on one input set. `--work` keeps the models, cache and logs; `--report` saves the build's JSON.
 
 Every architecture in benchmarks/hf_zoo.py (tiny, seeded, saved offline) goes through one manifest
 (`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json; a pytorchcv
@@ -82,11 +83,12 @@ def main() -> None:
         if args.report:
             args.report.write_text(proc.stdout)
         units = {u["model"]: u for u in json.loads(proc.stdout)["units"]}
-        plain = _plain_rows(work, made, schemes, int(args.jobs)) if args.plain and args.unit == "npu" else {}
+        plain = _plain_rows(work, made, schemes, int(args.jobs), units) if args.plain and args.unit == "npu" else {}
     columns = [(s, "") for s in schemes] + ([(s, " plain") for s in schemes] if plain else [])
     print(f"{'architecture':<19} {'family':<8} " + " ".join(f"{s + p:<34}" for s, p in columns))
     verified = dict.fromkeys(schemes, 0)
     plain_verified = dict.fromkeys(schemes, 0)
+    behind: list[str] = []  # rows where deployc's program does worse than the plain one on the same samples
     for arch in archs:
         cells = []
         for s in schemes:
@@ -96,15 +98,20 @@ def main() -> None:
             verified[s] += cell.startswith("ok")
             cells.append(f"{cell:<34}")
         for s in schemes if plain else []:
-            cell = plain.get((arch.name, s), "not made")
+            cell, gap = plain.get((arch.name, s), ("not made", None))
             plain_verified[s] += cell.startswith("ok")
             cells.append(f"{cell:<34}")
+            if gap is not None and gap < 0:
+                behind.append(f"{arch.name} {s} ({gap:+.1f} dB)")
         print(f"{arch.name:<19} {arch.family:<8} " + " ".join(cells))
     print()
     print(", ".join(f"{s}: {verified[s]}/{len(archs)} verified" for s in schemes)
           + f" ({len(made) * len(schemes)} programs in {elapsed:.0f} s, {args.jobs} jobs)")
     if plain:
         print("plain Qualcomm path: " + ", ".join(f"{s}: {plain_verified[s]}/{len(archs)} verified" for s in schemes))
+        compared = sum(gap is not None for _, gap in plain.values())
+        print(f"on the plain path's samples, deployc's program is below it on {len(behind)} of {compared} rows "
+              f"both built{': ' + ', '.join(behind) if behind else ''}")
 
 
 def _refused(work: Path, archs: list, schemes: list[str], backend: str) -> dict[tuple[str, str], str]:
@@ -124,27 +131,35 @@ def _refused(work: Path, archs: list, schemes: list[str], backend: str) -> dict[
     return out
 
 
-def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int) -> dict[tuple[str, str], str]:
-    """Each (architecture, scheme) through qnn_plain.py, one process each (an emulator crash ends only it)."""
+def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int,
+                units: dict[str, dict]) -> dict[tuple[str, str], tuple[str, float | None]]:
+    """Each (architecture, scheme) through qnn_plain.py, one process each (an emulator crash ends only it):
+    its cell, and where deployc built the row too, deployc's SQNR minus the plain one on the plain path's
+    samples (both programs judged on the same inputs)."""
     from concurrent.futures import ThreadPoolExecutor
 
     script = Path(__file__).resolve().parent / "qnn_plain.py"
 
-    def one(arch: Any, scheme: str) -> str:
+    def one(arch: Any, scheme: str) -> tuple[str, float | None]:
         if arch.task == "text-generation":  # deployc's own KV-cache decoder: no plain counterpart to build
-            return "not compared"
+            return "not compared", None
         task = f"pytorchcv:{arch.pytorchcv}" if arch.pytorchcv else arch.task
+        unit = units.get(f"{arch.name}_{scheme}") or {}
+        theirs = ["--deployc", str(work / unit["pte"])] if unit.get("status") == "built" else []
         proc = subprocess.run([sys.executable, str(script), str(work / "hf" / arch.name), task, scheme,
-                               "--seq", str(NPU_SEQ)], capture_output=True, text=True)
+                               "--seq", str(NPU_SEQ), *theirs], capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return f"run: crashed (exit {proc.returncode}) {last[:40]}"
+            return f"run: crashed (exit {proc.returncode}) {last[:40]}", None
         r = json.loads(line[len("RESULT "):])
         if r["status"] == "failed":
-            return f"{r['step']}: {r['error'][:40]}"
+            return f"{r['step']}: {r['error'][:40]}", None
         word = "ok" if r["status"] == "passed" else "missed"
-        return f"{word} {r['min_cosine']:.4f} / {r['min_sqnr_db']:.1f} dB"
+        cell = f"{word} {r['min_cosine']:.4f} / {r['min_sqnr_db']:.1f} dB"
+        if "deployc_min_sqnr_db" not in r:
+            return cell, None
+        return f"{cell} (ours {r['deployc_min_sqnr_db']:.1f})", r["deployc_min_sqnr_db"] - r["min_sqnr_db"]
 
     pairs = [(a, s) for a in archs for s in schemes]
     with ThreadPoolExecutor(max_workers=jobs) as pool:

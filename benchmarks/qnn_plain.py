@@ -1,6 +1,6 @@
 """The plain hand-written Qualcomm path, for comparison with deployc's NPU rows in benchmarks/coverage.py.
 
-    .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8]
+    .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8] [--deployc PTE]
 
 TASK is the transformers task of FOLDER's model, or `pytorchcv:<module>:<function>` for a pytorchcv row of
 the zoo (FOLDER holds its model.safetensors).
@@ -13,6 +13,9 @@ ExecuTorch's runtime on the HTP emulator of the QNN host libraries, compared wit
 random samples. Only the host libraries come from deployc (qnn_host: which libQnnHtp.so, and its
 compatibility layer); the model wrapper is deployc's, so both paths compile the same module.
 Prints one JSON line: {"status": "passed"|"missed"|"failed", "step", "error", "min_cosine", "min_sqnr_db"}.
+`--deployc PTE` also runs deployc's program of the same row on the same 3 samples and adds its
+"deployc_min_cosine" / "deployc_min_sqnr_db" (or "deployc_error"): the two paths compared on one input set
+(each build verifies on its own seeded inputs, and a gap of a few tenths of a dB can be the inputs alone).
 The caller runs it in a subprocess: a crash of the emulator ends only this process.
 """
 
@@ -64,10 +67,9 @@ def _load(folder: Path, task: str) -> Any:
     return model
 
 
-def run(folder: Path, task: str, scheme: str, seq: int, samples: int) -> dict[str, Any]:
+def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: Path | None = None) -> dict[str, Any]:
     import torch
 
-    from deployc.graph.metrics import compare
     from deployc.targets.backends import qnn_host
 
     qnn_host.activate()
@@ -103,21 +105,40 @@ def run(folder: Path, task: str, scheme: str, seq: int, samples: int) -> dict[st
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.pte"
             path.write_bytes(program.buffer)
-            method = Runtime.get().load_program(path).load_method("forward")
-            cosines, sqnrs = [], []
-            for i in range(3):
-                x = _inputs(model, task, seq, 1000 + i)
-                with torch.no_grad():
-                    ref = model(*x)
-                m = compare(ref.numpy(), method.execute(list(x))[0].numpy())
-                cosines.append(m.cosine)
-                sqnrs.append(m.sqnr_db)
+            cosines, sqnrs = _judge(Runtime.get().load_program(path).load_method("forward"), model, task, seq)
     except Exception as exc:  # a failed step is the result being measured
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return {"status": "failed", "step": step, "error": last[:300]}
+        return {"status": "failed", "step": step, "error": _last_line(exc)}
     min_cos, min_sqnr = TOLERANCE[scheme]
     ok = min(cosines) >= min_cos and min(sqnrs) >= min_sqnr
-    return {"status": "passed" if ok else "missed", "min_cosine": min(cosines), "min_sqnr_db": min(sqnrs)}
+    result = {"status": "passed" if ok else "missed", "min_cosine": min(cosines), "min_sqnr_db": min(sqnrs)}
+    if deployc is not None:
+        try:
+            theirs = _judge(Runtime.get().load_program(deployc).load_method("forward"), model, task, seq)
+            result |= {"deployc_min_cosine": min(theirs[0]), "deployc_min_sqnr_db": min(theirs[1])}
+        except Exception as exc:  # e.g. deployc's program takes other inputs: said, not compared
+            result["deployc_error"] = _last_line(exc)
+    return result
+
+
+def _judge(method: Any, model: Any, task: str, seq: int) -> tuple[list[float], list[float]]:
+    """Cosines and SQNRs of a program's first output against eager fp32 on the 3 judging samples."""
+    import torch
+
+    from deployc.graph.metrics import compare
+
+    cosines, sqnrs = [], []
+    for i in range(3):
+        x = _inputs(model, task, seq, 1000 + i)
+        with torch.no_grad():
+            ref = model(*x)
+        m = compare(ref.numpy(), method.execute(list(x))[0].numpy())
+        cosines.append(m.cosine)
+        sqnrs.append(m.sqnr_db)
+    return cosines, sqnrs
+
+
+def _last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
 
 
 def main() -> None:
@@ -127,8 +148,9 @@ def main() -> None:
     parser.add_argument("scheme", choices=sorted(TOLERANCE))
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--deployc", type=Path, help="deployc's program of this row, judged on the same samples")
     args = parser.parse_args()
-    result = run(args.folder, args.task, args.scheme, args.seq, args.samples)
+    result = run(args.folder, args.task, args.scheme, args.seq, args.samples, args.deployc)
     sys.stdout.flush()
     print("RESULT " + json.dumps(result), flush=True)
 

@@ -183,4 +183,14 @@ models:
     inputs:
       x: {shape: [1, 8, 16, 16], range: [-2.0, 2.0]}
     quantization: 16a8w
+  mixed_kernels_fp16:
+    source: {factory: "models.testnets:mixed_kernels"}
+    inputs:
+      x: {shape: [1, 64, 14, 14], range: [-1.0, 1.0]}
+    quantization: fp16
+  squeeze_excite_fp16:
+    source: {factory: "models.testnets:squeeze_excite"}
+    inputs:
+      x: {shape: [1, 16, 16, 16], range: [-1.0, 1.0]}
+    quantization: fp16
 """

@@ -1,7 +1,8 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
 (deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
-minimum, a batch norm's epsilon moved into its variance, a lone batch norm as a multiply and an add and a
+minimum, a strided 9 x 9 convolution widened to 11 x 11 and sigmoids written through tanh (fp16 only), a batch norm's epsilon moved into
+its variance, a lone batch norm as a multiply and an add and a
 gather of constant consecutive indices as a slice for QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
 quantized (deployc/graph/quantize.py)."""
 
@@ -21,6 +22,8 @@ from deployc.targets.backends.qnn import (  # noqa: E402
     one_group_as_layer_norm,
     relu6_as_minimum,
     separate_in_projections,
+    sigmoids_as_tanh,
+    strided_nine_by_nine_convs_widened,
 )
 
 
@@ -88,12 +91,13 @@ def test_multihead_attention_projects_q_k_and_v_with_separate_slices(need_weight
 
 def test_only_qnn_splits_the_packed_projection() -> None:
     """Elsewhere the packed form stays: on XNNPACK the split left the packed bias stored twice."""
+    from deployc.core.quantization import Recipe
     from deployc.targets.backends import BACKENDS
 
     packed = {}
     for name in ("qnn", "xnnpack", "vulkan"):
         attention = torch.nn.MultiheadAttention(32, 4)
-        BACKENDS[name].adapt_model(torch.nn.Sequential(attention))
+        BACKENDS[name].adapt_model(torch.nn.Sequential(attention), Recipe(scheme="fp16", method="none"))
         packed[name] = attention.in_proj_weight is not None
     assert packed == {"qnn": False, "xnnpack": True, "vulkan": True}
 
@@ -196,6 +200,44 @@ def test_a_relu6_becomes_a_relu_and_a_minimum_with_the_same_values() -> None:
     targets = [str(n.target) for n in torch.export.export(model, (x,), strict=False).graph.nodes
                if n.op == "call_function"]
     assert targets.count("aten.minimum.default") == 2 and targets.count("aten.hardtanh.default") == 1
+
+
+def test_a_strided_nine_by_nine_convolution_becomes_an_eleven_by_eleven_one_with_the_same_values() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 9, stride=2, padding=4, groups=8),
+                                torch.nn.Conv2d(8, 4, 9, stride=2, padding=(3, 2), bias=False),
+                                torch.nn.Conv2d(4, 4, 9, stride=1, padding=4),  # stride 1: computed right
+                                torch.nn.Conv2d(4, 4, 9, stride=2, padding=8, dilation=2)).eval()
+    x = torch.randn(2, 8, 40, 40)
+    before = model(x)
+    assert strided_nine_by_nine_convs_widened(model) == 2
+    assert [m.kernel_size for m in model] == [(11, 11), (11, 11), (9, 9), (9, 9)]
+    assert model[0].padding == (5, 5) and model[1].padding == (4, 3) and model[0].groups == 8
+    assert torch.allclose(model(x), before, rtol=0, atol=1e-5)
+
+
+def test_only_qnn_s_fp16_widens_the_strided_nine_by_nine_convolution() -> None:
+    """The HTP's int8 convolution of that shape computes it right: there it stays."""
+    from deployc.core.quantization import Recipe
+    from deployc.targets.backends import BACKENDS
+
+    kernels = {}
+    for name, scheme in (("qnn", "fp16"), ("qnn", "w8a8"), ("xnnpack", "fp32")):
+        model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 9, stride=2, padding=4, groups=32))
+        BACKENDS[name].adapt_model(model, Recipe(scheme=scheme, method="none" if scheme[:2] == "fp" else "pt2e"))
+        kernels[name, scheme] = model[0].kernel_size
+    assert kernels == {("qnn", "fp16"): (11, 11), ("qnn", "w8a8"): (9, 9), ("xnnpack", "fp32"): (9, 9)}
+
+
+def test_sigmoids_and_silus_become_tanhs_with_the_same_values() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Sigmoid()).eval()
+    x = torch.randn(16, 8) * 4
+    program = torch.export.export(model, (x,), strict=False).run_decompositions({})
+    assert sigmoids_as_tanh(program.graph_module) == 2
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.tanh.default") == 2 and not {"aten.sigmoid.default", "aten.silu.default"} & set(targets)
+    assert torch.allclose(program.module()(x), model(x), rtol=0, atol=1e-6)
 
 
 def test_a_batch_norm_s_epsilon_moves_into_its_variance_with_the_same_values() -> None:

@@ -186,7 +186,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
 
     at("load")
     model = load_model(unit.load, folder)
-    backend.adapt_model(model)
+    backend.adapt_model(model, recipe)
     # forward first, then the further methods; each has its own inputs, all share the dims.
     signatures = [("forward", "forward", export.inputs)] + [(m.name, m.function, m.inputs) for m in export.methods]
     examples = {name: make_inputs(inputs, export_point(export.dims), export.seed) for name, _, inputs in signatures}

@@ -145,9 +145,9 @@ class BackendBase:
     def activate(self) -> None:
         """Prepare this process, and the ones it starts (the verifier), before a program is built."""
 
-    def adapt_model(self, model: Any) -> None:
-        """Rewrite the loaded model where this backend cannot take its form, keeping what it computes (eager's
-        references come from the rewritten model). None by default."""
+    def adapt_model(self, model: Any, recipe: Recipe) -> None:
+        """Rewrite the loaded model where this backend cannot take its form in `recipe`, keeping what it
+        computes (eager's references come from the rewritten model). None by default."""
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any]) -> Any:
         """The torchao config (method torchao) or PT2E quantizer (method pt2e) for `recipe`."""
