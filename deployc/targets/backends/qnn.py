@@ -602,7 +602,7 @@ def strided_nine_by_nine_convs_widened(model: Any) -> int:
     the same inputs with the same weights, the same values; returns how many. The HTP's fp16 convolution of
     that one shape put out noise (SQNR ~0 dB against eager) from 32 output channels up, depthwise or
     not, at every input size tried (7 to 28 pixels), where 8, 10, 11 or 13 wide kernels at stride 2, 9 wide
-    at stride 1, 3 or 4, dilated or of fewer channels measured 68 dB: MixNet's 9 x 9 depthwise branch took
+    at stride 1, 3 or 4, dilated or of fewer channels measured 68 dB or more: MixNet's 9 x 9 depthwise branch took
     its fp16 program to 6.9 dB. The int8 schemes compute it right (37 dB in w8a8, 48 in 16a8w): QNN's only
     (Qnn.adapt_model), fp16 only. Costs that convolution 49% more multiplications."""
     import torch
