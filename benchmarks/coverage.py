@@ -157,6 +157,8 @@ def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int,
             return f"{r['step']}: {r['error'][:40]}", None
         word = "ok" if r["status"] == "passed" else "missed"
         cell = f"{word} {r['min_cosine']:.4f} / {r['min_sqnr_db']:.1f} dB"
+        if "deployc_error" in r:  # deployc's program did not run on these samples: said, not compared
+            return f"{cell} (ours not run: {r['deployc_error'][:30]})", None
         if "deployc_min_sqnr_db" not in r:
             return cell, None
         return f"{cell} (ours {r['deployc_min_sqnr_db']:.1f})", r["deployc_min_sqnr_db"] - r["min_sqnr_db"]
