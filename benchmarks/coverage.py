@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="build in this folder and keep it (default: a temp dir)")
     parser.add_argument("--plain", action="store_true",
                         help="npu: also build each row by the plain hand-written Qualcomm path (qnn_plain.py)")
+    parser.add_argument("--judge", default="3",
+                        help="with --plain: how many random samples both paths' programs are judged on (the worst)")
     args = parser.parse_args()
     schemes = args.schemes.split(",")
     archs = [a for a in ARCHS if not args.only or a.name in args.only.split(",")]
@@ -83,7 +85,8 @@ def main() -> None:
         if args.report:
             args.report.write_text(proc.stdout)
         units = {u["model"]: u for u in json.loads(proc.stdout)["units"]}
-        plain = _plain_rows(work, made, schemes, int(args.jobs), units) if args.plain and args.unit == "npu" else {}
+        plain = (_plain_rows(work, made, schemes, int(args.jobs), units, args.judge)
+                 if args.plain and args.unit == "npu" else {})
     columns = [(s, "") for s in schemes] + ([(s, " plain") for s in schemes] if plain else [])
     print(f"{'architecture':<19} {'family':<8} " + " ".join(f"{s + p:<34}" for s, p in columns))
     verified = dict.fromkeys(schemes, 0)
@@ -132,7 +135,7 @@ def _refused(work: Path, archs: list, schemes: list[str], backend: str) -> dict[
 
 
 def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int,
-                units: dict[str, dict]) -> dict[tuple[str, str], tuple[str, float | None]]:
+                units: dict[str, dict], judge: str) -> dict[tuple[str, str], tuple[str, float | None]]:
     """Each (architecture, scheme) through qnn_plain.py, one process each (an emulator crash ends only it):
     its cell, and where deployc built the row too, deployc's SQNR minus the plain one on the plain path's
     samples (both programs judged on the same inputs)."""
@@ -147,7 +150,7 @@ def _plain_rows(work: Path, archs: list, schemes: list[str], jobs: int,
         unit = units.get(f"{arch.name}_{scheme}") or {}
         theirs = ["--deployc", str(work / unit["pte"])] if unit.get("status") == "built" else []
         proc = subprocess.run([sys.executable, str(script), str(work / "hf" / arch.name), task, scheme,
-                               "--seq", str(NPU_SEQ), *theirs], capture_output=True, text=True)
+                               "--seq", str(NPU_SEQ), "--judge", judge, *theirs], capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,6 +1,6 @@
 """The plain hand-written Qualcomm path, for comparison with deployc's NPU rows in benchmarks/coverage.py.
 
-    .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8] [--deployc PTE]
+    .venv/bin/python benchmarks/qnn_plain.py FOLDER TASK SCHEME [--seq 16] [--samples 8] [--judge 3] [--deployc PTE]
 
 TASK is the transformers task of FOLDER's model, or `pytorchcv:<module>:<function>` for a pytorchcv row of
 the zoo (FOLDER holds its model.safetensors).
@@ -9,11 +9,12 @@ What a user writes from Qualcomm's own examples (executorch/examples/qualcomm/os
 from transformers, torch.export, for a quantized scheme `QnnQuantizer` with Qualcomm's defaults
 (set_default_quant_config(QuantDtype), nothing else), prepare_pt2e / convert_pt2e on `--samples` random
 samples, `to_edge_transform_and_lower_to_qnn` for SM8650 (fp16: `use_fp16=True`), run through
-ExecuTorch's runtime on the HTP emulator of the QNN host libraries, compared with eager fp32 on 3 other
-random samples. Only the host libraries come from deployc (qnn_host: which libQnnHtp.so, and its
-compatibility layer); the model wrapper is deployc's, so both paths compile the same module.
+ExecuTorch's runtime on the HTP emulator of the QNN host libraries, compared with eager fp32 on `--judge`
+other random samples (3 unless told; the worst one judged). Only the host libraries come from deployc
+(qnn_host: which libQnnHtp.so, and its compatibility layer); the model wrapper is deployc's, so both
+paths compile the same module.
 Prints one JSON line: {"status": "passed"|"missed"|"failed", "step", "error", "min_cosine", "min_sqnr_db"}.
-`--deployc PTE` also runs deployc's program of the same row on the same 3 samples and adds its
+`--deployc PTE` also runs deployc's program of the same row on the same samples and adds its
 "deployc_min_cosine" / "deployc_min_sqnr_db" (or "deployc_error"): the two paths compared on one input set
 (each build verifies on its own seeded inputs, and a gap of a few tenths of a dB can be the inputs alone).
 The caller runs it in a subprocess: a crash of the emulator ends only this process.
@@ -67,7 +68,8 @@ def _load(folder: Path, task: str) -> Any:
     return model
 
 
-def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: Path | None = None) -> dict[str, Any]:
+def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: Path | None = None,
+        judge: int = 3) -> dict[str, Any]:
     import torch
 
     from deployc.targets.backends import qnn_host
@@ -105,7 +107,7 @@ def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: P
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.pte"
             path.write_bytes(program.buffer)
-            cosines, sqnrs = _judge(Runtime.get().load_program(path).load_method("forward"), model, task, seq)
+            cosines, sqnrs = _judge(Runtime.get().load_program(path).load_method("forward"), model, task, seq, judge)
     except Exception as exc:  # a failed step is the result being measured
         return {"status": "failed", "step": step, "error": _last_line(exc)}
     min_cos, min_sqnr = TOLERANCE[scheme]
@@ -113,21 +115,21 @@ def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: P
     result = {"status": "passed" if ok else "missed", "min_cosine": min(cosines), "min_sqnr_db": min(sqnrs)}
     if deployc is not None:
         try:
-            theirs = _judge(Runtime.get().load_program(deployc).load_method("forward"), model, task, seq)
+            theirs = _judge(Runtime.get().load_program(deployc).load_method("forward"), model, task, seq, judge)
             result |= {"deployc_min_cosine": min(theirs[0]), "deployc_min_sqnr_db": min(theirs[1])}
         except Exception as exc:  # e.g. deployc's program takes other inputs: said, not compared
             result["deployc_error"] = _last_line(exc)
     return result
 
 
-def _judge(method: Any, model: Any, task: str, seq: int) -> tuple[list[float], list[float]]:
-    """Cosines and SQNRs of a program's first output against eager fp32 on the 3 judging samples."""
+def _judge(method: Any, model: Any, task: str, seq: int, n: int) -> tuple[list[float], list[float]]:
+    """Cosines and SQNRs of a program's first output against eager fp32 on the n judging samples."""
     import torch
 
     from deployc.graph.metrics import compare
 
     cosines, sqnrs = [], []
-    for i in range(3):
+    for i in range(n):
         x = _inputs(model, task, seq, 1000 + i)
         with torch.no_grad():
             ref = model(*x)
@@ -148,9 +150,10 @@ def main() -> None:
     parser.add_argument("scheme", choices=sorted(TOLERANCE))
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--judge", type=int, default=3, help="how many random samples both programs are judged on")
     parser.add_argument("--deployc", type=Path, help="deployc's program of this row, judged on the same samples")
     args = parser.parse_args()
-    result = run(args.folder, args.task, args.scheme, args.seq, args.samples, args.deployc)
+    result = run(args.folder, args.task, args.scheme, args.seq, args.samples, args.deployc, args.judge)
     sys.stdout.flush()
     print("RESULT " + json.dumps(result), flush=True)
 

@@ -193,4 +193,9 @@ models:
     inputs:
       x: {shape: [1, 16, 16, 16], range: [-1.0, 1.0]}
     quantization: fp16
+  conv_norm_swish_fp16:
+    source: {factory: "models.testnets:conv_norm_swish"}
+    inputs:
+      x: {shape: [1, 120, 14, 14], range: [-1.0, 1.0]}
+    quantization: fp16
 """

@@ -240,6 +240,38 @@ def test_sigmoids_and_silus_become_tanhs_with_the_same_values() -> None:
     assert torch.allclose(program.module()(x), model(x), rtol=0, atol=1e-6)
 
 
+def test_a_product_with_a_sigmoid_becomes_a_sum_of_halves_with_the_same_values() -> None:
+    """A swish (x * sigmoid(x)) and a squeeze-excite gate (y * sigmoid(g), g of another shape) become
+    a/2 + a/2 * tanh(g/2); a sigmoid read elsewhere too keeps its tanh form there. Each node written has
+    the value (shape, dtype) QNN's passes read."""
+
+    class Gated(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+            self.squeeze = torch.nn.Conv2d(8, 8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.conv(x)
+            y = y * torch.sigmoid(y)
+            gate = torch.sigmoid(self.squeeze(y.mean((2, 3), keepdim=True)))
+            return gate * y + gate
+
+    torch.manual_seed(0)
+    model = Gated().eval()
+    x = torch.randn(1, 4, 6, 6) * 3
+    program = torch.export.export(model, (x,), strict=False).run_decompositions({})
+    assert sigmoids_as_tanh(program.graph_module) == 2
+    calls = [n for n in program.graph.nodes if n.op == "call_function"]
+    targets = [str(n.target) for n in calls]
+    assert targets.count("aten.tanh.default") == 2 and "aten.sigmoid.default" not in targets
+    assert targets.count("aten.add.Tensor") == 4  # the two products' sums, the gate's other read, the model's
+    assert all(n.meta["val"].dtype == torch.float32 for n in calls)
+    assert {tuple(n.meta["val"].shape) for n in calls if str(n.target) == "aten.tanh.default"} == {(1, 8, 6, 6),
+                                                                                                 (1, 8, 1, 1)}
+    assert torch.allclose(program.module()(x), model(x), rtol=0, atol=1e-5)
+
+
 def test_a_batch_norm_s_epsilon_moves_into_its_variance_with_the_same_values() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4, eps=1e-3),
