@@ -156,6 +156,17 @@ def test_verify_points_and_not_run(project: Path) -> None:
     assert not gpu.run and gpu.reason.startswith("not run on this host: Vulkan")
 
 
+def test_a_static_model_is_verified_on_three_inputs_a_dynamic_one_on_one_at_each_size(project: Path) -> None:
+    dynamic = make_plan(load_project(write_manifest(project, quant="fp32")), toolchain())
+    static = make_plan(load_project(write_manifest(project, quant="fp32", dims=False, name="s.yaml")), toolchain())
+    assert [(u.verify.points, u.verify.inputs) for u in dynamic.units() if u.target == "arduino_q"] == [
+        ([{"batch": 1}, {"batch": 4}, {"batch": 8}], 1)]
+    assert [(u.verify.points, u.verify.inputs) for u in static.units() if u.target == "arduino_q"] == [([{}], 3)]
+    asked = make_plan(load_project(write_manifest(project, "    verify: {inputs: 5}\n", quant="fp32", name="a.yaml")),
+                      toolchain())
+    assert {u.verify.inputs for u in asked.units()} == {5}
+
+
 def _program_key(path: Path, tc: Toolchain | None = None, target: str = "arduino_q") -> str:
     plan = make_plan(load_project(path), tc or toolchain())
     return next(u.program_key for u in plan.units() if u.target == target)

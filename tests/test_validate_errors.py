@@ -133,6 +133,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
         manifest().replace("dtype: float32", "dtype: float32, range: [1, -1]"),
         ["m.yaml:9:54: error: models.clf.inputs.x.range: range low 1.0 is greater than high -1.0"],
     ),
+    "verify-inputs-zero": (
+        manifest("    verify: {inputs: 0}\n"),
+        ["m.yaml:12:22: error: models.clf.verify.inputs: input should be greater than or equal to 1, got 0"],
+    ),
     "python-tag": (
         manifest().replace("name: demo", "name: !!python/object:os.system demo"),
         ["m.yaml:2:7: error: unsupported YAML tag 'tag:yaml.org,2002:python/object:os.system'; only plain strings, "

@@ -176,12 +176,20 @@ Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]
 
 # Greedy tokens generated from each prompt when a text-generation program is verified.
 GENERATION_TOKENS = 32
+# Seeded inputs a program is verified on, at least, over its sizes (a tiny model's error can move by 15 dB
+# from one random input to the next: one draw is not a verdict), and at most at each size.
+MIN_VERIFY_INPUTS, MAX_VERIFY_INPUTS = 3, 32
 
 
 class VerifySpec(Frozen):
     min_cosine: Annotated[float, Field(ge=-1.0, le=1.0)] | None = None
     min_sqnr_db: float | None = None
     max_abs: Annotated[float, Field(ge=0.0)] | None = None
+    inputs: Annotated[int, Field(ge=1, le=MAX_VERIFY_INPUTS)] | None = Field(
+        default=None, description="seeded random inputs the program is run on at each verification size, the worst "
+                                  f"judged (1-{MAX_VERIFY_INPUTS}; default: at least {MIN_VERIFY_INPUTS} in all, so "
+                                  f"{MIN_VERIFY_INPUTS} at the one size of a static-shape model, one at each of the "
+                                  "three sizes of a dynamic one; a decoder judged on held-out text: one)")
     tokens: Annotated[int, Field(ge=0, le=GENERATION_TOKENS)] | None = Field(
         default=None, description="text-generation models: how many leading greedy tokens must equal eager "
                                   f"PyTorch's on every prompt (0-{GENERATION_TOKENS}; {GENERATION_TOKENS} are "

@@ -173,6 +173,7 @@ class Verify(Frozen):
     run: bool
     reason: str  # why it will not run, when run is false
     points: list[dict[str, int]]  # one size per dynamic dim: min, a middle, max
+    inputs: int = 1  # seeded random inputs run at each point, the worst judged
     min_cosine: float
     min_sqnr_db: float
     max_abs: float | None

@@ -18,7 +18,7 @@ from deployc.core.errors import Diagnostic, PlanError
 from deployc.core.file_hashes import FileHashes
 from deployc.core.quantization import SCHEMES, Recipe
 from deployc.load import hf_directory
-from deployc.load.manifest import GENERATION_TOKENS, ModelSpec, QuantSpec
+from deployc.load.manifest import GENERATION_TOKENS, MIN_VERIFY_INPUTS, ModelSpec, QuantSpec
 from deployc.load.model_sources import (
     imported_packages,
     imported_versions,
@@ -102,6 +102,12 @@ def verification_points(dims: list[DimPlan]) -> list[dict[str, int]]:
         if p not in unique:
             unique.append(p)
     return unique
+
+
+def _inputs_per_point(points: list[dict[str, int]], text: HeldOutText | None) -> int:
+    """At least MIN_VERIFY_INPUTS seeded inputs over the points; one a point for a decoder judged on held-out
+    text (its cosine and SQNR are reported, not judged)."""
+    return 1 if text is not None else -(-MIN_VERIFY_INPUTS // len(points))
 
 
 def _sources(folder: Path, factory: str, inputs: _Inputs) -> tuple[list[SourceFile], dict[str, str]]:
@@ -329,6 +335,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         packages = imported_versions(loaders)
     generate = _generated_tokens(spec, dims)
     text, text_reason = _held_out(project, r, spec, dims, generate, inputs)
+    points = verification_points(dims)
     data = _task_data(project, r, spec, dims, inputs)
     task_tolerances: dict[str, Any] = {}
     if data is not None and data.measure == "top1":
@@ -348,7 +355,7 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
               constants=spec.constants, code=toolchain.code[unit.backend],
               toolchain=toolchain.backends[unit.backend].facts),
         Serialize(external_weights=spec.weights == "external"),
-        Verify(run=run, reason=reason, points=verification_points(dims),
+        Verify(run=run, reason=reason, points=points, inputs=tol.inputs or _inputs_per_point(points, text),
                min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
                min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
                max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0, arm64_cpu=arm64_cpu,

@@ -30,6 +30,7 @@ class Tolerances:
     data: str | None = None  # task-measure samples (.npz), relative to the manifest
     min_topk_overlap: float | None = None
     topk: int = 5
+    inputs: int | None = None  # seeded inputs at each verification size (None: the planner's default)
     explicit: frozenset[str] = frozenset()  # the fields the manifest sets (the rest are the scheme's defaults)
 
 
