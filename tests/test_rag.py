@@ -73,7 +73,9 @@ def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -
     assert (llm["static_decoder"]["chunk"], llm["static_decoder"]["context"]) == (32, 384)
     assert {m["name"] for m in llm["methods"]} >= {"prefill", "decode"}
     v = llm["verification"]
-    assert v["tokens_identical"] == 8 and v["top1"] >= 0.99 and v["kl"] < 0.001
+    # 8 of 8 prompts' greedy tokens identical before SiLUs became sums of halves (qnn.sigmoids_as_tanh), 7 of 8
+    # since (one prompt's 8th token flips), with top-1 agreement 1.0 and KL 4.5e-6 on the held-out text.
+    assert v["tokens_identical"] >= 7 and v["top1"] >= 0.99 and v["kl"] < 0.001
     assert next(p for p in arduino["programs"] if p["name"] == "llm")["quantization"] == "8da4w"
 
 
