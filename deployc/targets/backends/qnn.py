@@ -415,11 +415,11 @@ def sigmoids_as_tanh(module: Any) -> int:
                 product.replace_all_uses_with(
                     _call(product, aten.add.Tensor, half, _call(product, aten.mul.Tensor, half, tanh)))
             graph.erase_node(product)
-        if not silu and node.users:
-            with graph.inserting_before(node):
-                node.replace_all_uses_with(
-                    _call(node, aten.add.Tensor, _call(node, aten.mul.Tensor, tanh, 0.5), 0.5))
-        if not silu:
+        if not silu:  # a SiLU was its own product; a sigmoid read otherwise still is a sigmoid there
+            if node.users:
+                with graph.inserting_before(node):
+                    node.replace_all_uses_with(
+                        _call(node, aten.add.Tensor, _call(node, aten.mul.Tensor, tanh, 0.5), 0.5))
             graph.erase_node(node)
         rewritten += 1
     return _tidied(module, rewritten)
