@@ -153,7 +153,10 @@ def test_the_plan_says_it_and_a_scheme_without_calibration_refuses_it(tmp_path: 
     manifest.write_text(FALLBACK.replace("{scheme: w8a8, float_fallback: 0}", "{scheme: 8da8w, float_fallback: 0.2}"))
     r = cli("validate", str(manifest))
     assert r.code != 0 and "Traceback" not in r.err + r.out
-    assert f"{manifest}:15:51: error: " in r.err
+    text = manifest.read_text()
+    line = text[:text.index("float_fallback: 0.2")].count("\n") + 1
+    column = text.splitlines()[line - 1].index("0.2") + 1  # the error points at the value
+    assert f"{manifest}:{line}:{column}: error: " in r.err
     assert "models.normed_int8.quantization.float_fallback: scheme '8da8w' is not static" in r.out + r.err
 
 
