@@ -13,7 +13,7 @@ Every architecture in benchmarks/hf_zoo.py (tiny, seeded, saved offline) goes th
 (`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json; a pytorchcv
 row: `source.factory` with its scaled weights as `source.checkpoint`, a 224 x 224 image) in each
 scheme, built for arduino_q's CPU (XNNPACK) and verified against eager PyTorch at the dims' min, middle
-and max. w8a8 is static int8 (PT2E, calibrated on 16 generated samples): it quantizes convolutions too.
+and max. w8a8 is static int8 (PT2E, calibrated on `--calibration` generated samples, 16 unless told): it quantizes convolutions too.
 Cold cache in a temp dir. Prints, per architecture and scheme: built, verified (worst cosine / SQNR)
 or the step and class of the failure (text-generation programs: also the greedy tokens that match eager's);
 then the counts.
@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="build in this folder and keep it (default: a temp dir)")
     parser.add_argument("--plain", action="store_true",
                         help="npu: also build each row by the plain hand-written Qualcomm path (qnn_plain.py)")
+    parser.add_argument("--calibration", type=int, default=16,
+                        help="generated calibration samples of the static schemes (w8a8, 16a8w)")
     parser.add_argument("--judge", default="3",
                         help="with --plain: how many random samples both paths' programs are judged on (the worst)")
     args = parser.parse_args()
@@ -74,7 +76,8 @@ def main() -> None:
         made = [a for a in archs if a.name not in not_made]
         refused = _refused(work, made, schemes, "qnn" if args.unit == "npu" else "xnnpack")
         rows = {(a.name, s) for a in made for s in schemes} - set(refused)
-        (work / "coverage.yaml").write_text(manifest(made, schemes, unit=args.unit, rows=rows, root=work))
+        (work / "coverage.yaml").write_text(manifest(made, schemes, samples=args.calibration, unit=args.unit,
+                                                         rows=rows, root=work))
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "deployc", "build", "coverage.yaml", "--json", "--jobs",
                                args.jobs, "--cache-dir", "cache", "--out", "dist"], cwd=work, capture_output=True,

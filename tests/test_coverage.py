@@ -66,6 +66,29 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
 
 
 @pytest.mark.slow
+def test_the_whole_table_is_made_from_saved_reports(coverage: dict[str, dict], tmp_path: Path) -> None:
+    """benchmarks/coverage_table.py: a later report's cell replaces an earlier one's, a refused row says so,
+    and the counts are over the whole zoo."""
+    import subprocess
+
+    units = [{k: v for k, v in u.items() if k != "bundle"} for u in coverage.values()]
+    (tmp_path / "a.json").write_text(json.dumps({"units": units}))
+    missed = json.loads(json.dumps(next(u for u in units if u["model"] == "resnet_fp32")))
+    missed["verification"].update(status="failed", points=missed["verification"]["points"][:1])
+    (tmp_path / "b.json").write_text(json.dumps({"units": [missed]}))
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "coverage_table.py"), str(tmp_path / "a.json"),
+                          str(tmp_path / "b.json")], capture_output=True, text=True, check=True).stdout
+    rows = {cells[0]: cells[2:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in out.splitlines() if line.startswith("| "))}
+    figure = {name: f"{u['verification']['metrics']['min_sqnr_db']:.1f}" for name, u in coverage.items()}
+    assert rows["llama"][:3] == [figure["llama_fp32"], "-", figure["llama_w8a8"]]  # judged on text: no "(1 in)"
+    assert rows["resnet"][0] == f"missed {figure['resnet_fp32']} (1 in)"
+    assert rows["rt_detr"] == ["-", "-", "-", "-", "refused", "refused"]
+    fp32 = sum(u["verification"]["status"] == "passed" for u in units if u["model"].endswith("_fp32"))
+    assert f"cpu fp32: {fp32 - 1}/{len(ARCHS)} verified" in out and f"npu fp16: 0/{len(ARCHS)} verified" in out
+
+
+@pytest.mark.slow
 def test_a_pytorchcv_family_builds_from_its_factory_and_checkpoint(coverage: dict[str, dict]) -> None:
     """SqueezeNet from pytorchcv's model code, seeded and scaled, its weights a checkpoint the manifest
     hashes: 224-pixel images in, 5 logits out, verified against eager."""
