@@ -12,8 +12,9 @@ the two are compared on one input set. `--work` keeps the models, cache and logs
 Every architecture in benchmarks/hf_zoo.py (tiny, seeded, saved offline) goes through one manifest
 (`source.huggingface`, the task, nothing else declared: inputs and dims come from config.json; a pytorchcv
 row: `source.factory` with its scaled weights as `source.checkpoint`, a 224 x 224 image) in each
-scheme, built for arduino_q's CPU (XNNPACK) and verified against eager PyTorch at the dims' min, middle
-and max. w8a8 is static int8 (PT2E, calibrated on `--calibration` generated samples, 16 unless told): it quantizes convolutions too.
+scheme, built for arduino_q's CPU (XNNPACK) and verified against eager PyTorch on at least three seeded
+inputs (the dims' min, middle and max for a dynamic model). w8a8 is static int8 (PT2E, calibrated on
+`--calibration` generated samples, 16 unless told): it quantizes convolutions too.
 Cold cache in a temp dir. Prints, per architecture and scheme: built, verified (worst cosine / SQNR)
 or the step and class of the failure (text-generation programs: also the greedy tokens that match eager's);
 then the counts.
