@@ -64,16 +64,16 @@ def test_each_family_builds_and_verifies(coverage: dict[str, dict], arch: str, s
         assert unit["quantization"] == "w8a8"
 
 
-
 @pytest.mark.slow
 def test_the_whole_table_is_made_from_saved_reports(coverage: dict[str, dict], tmp_path: Path) -> None:
     """benchmarks/coverage_table.py: a later report's cell replaces an earlier one's, a refused row says so,
     and the counts are over the whole zoo."""
+    import copy
     import subprocess
 
     units = [{k: v for k, v in u.items() if k != "bundle"} for u in coverage.values()]
     (tmp_path / "a.json").write_text(json.dumps({"units": units}))
-    missed = json.loads(json.dumps(next(u for u in units if u["model"] == "resnet_fp32")))
+    missed = copy.deepcopy(next(u for u in units if u["model"] == "resnet_fp32"))
     missed["verification"].update(status="failed", points=missed["verification"]["points"][:1])
     (tmp_path / "b.json").write_text(json.dumps({"units": [missed]}))
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "coverage_table.py"), str(tmp_path / "a.json"),
