@@ -110,6 +110,31 @@ def test_observing_after_the_clamp_gains_snr_on_a_mobilenet() -> None:
     assert min(gains) > 1.5 and sum(gains) / len(gains) > 3, (sqnr, gains)  # measured: +1.9 to +6.3 dB
 
 
+class _Embeddings(torch.nn.Module):
+    """ViT's embeddings and first block in small: patches plus positions, a dropout, then the norm and a
+    residual addition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches, self.mlp = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.positions = torch.nn.Parameter(torch.randn(1, 4, 8))
+        self.dropout, self.norm = torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.dropout(self.patches(x) + self.positions)
+        return self.norm(h + self.mlp(self.norm(h)))
+
+
+def test_an_add_that_reaches_a_norm_through_a_dropout_stays_float() -> None:
+    module = torch.export.export(_Embeddings().eval(), (torch.rand(1, 4, 8),)).module()
+    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
+    quantizer.annotate(quantizer.transform_for_annotation(module))
+    adds = [n for n in module.graph.nodes if str(n.target) == "aten.add.Tensor"]
+    assert len(adds) == 2 and all(n.meta.get("quantization_annotation") is None for n in adds)
+    linears = [n for n in module.graph.nodes if str(n.target) == "aten.linear.default"]
+    assert len(linears) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in linears)
+
+
 MANIFEST = """\
 apiVersion: deployc/v1
 name: padded
