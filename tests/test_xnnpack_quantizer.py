@@ -135,19 +135,21 @@ def test_an_add_that_reaches_a_norm_through_a_dropout_stays_float() -> None:
     assert len(linears) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in linears)
 
 
-MANIFEST = """\
+def _manifest(name: str, factory: str, size: int) -> str:
+    """One model from the test nets, built in w8a8 for arduino_q's CPU."""
+    return f"""\
 apiVersion: deployc/v1
-name: padded
+name: {name}
 version: 0.1.0
 targets: [arduino_q]
 models:
-  padded:
-    source: {factory: "models.testnets:padded_pool"}
+  {name}:
+    source: {{factory: "models.testnets:{factory}"}}
     inputs:
-      x: {shape: [1, 3, 12, 12], range: [-1, 1]}
-    quantization: {scheme: w8a8}
+      x: {{shape: [1, 3, {size}, {size}], range: [-1, 1]}}
+    quantization: {{scheme: w8a8}}
     overrides:
-      arduino_q: {unit: cpu}
+      arduino_q: {{unit: cpu}}
 """
 
 
@@ -155,34 +157,18 @@ models:
 def test_a_padded_pool_builds_in_w8a8_and_verifies(tmp_path: Path) -> None:
     # Before: XNNPACK refused the program at load ("Failed to create StaticConstantPad node ...
     # xnn_status_invalid_parameter"): the pad's input was int8 and its output float.
-    built = build_project(tmp_path, MANIFEST, "padded.yaml")
+    built = build_project(tmp_path, _manifest("padded", "padded_pool", 12), "padded.yaml")
     unit = built.unit("padded", "arduino_q")
     assert unit["status"] == "built" and unit["verification"]["status"] == "passed", unit["failure"]
     assert unit["verification"]["metrics"]["min_sqnr_db"] > 25
     assert not any("pad" in op for op in unit["non_delegated_ops"])
 
 
-MOBILE = """\
-apiVersion: deployc/v1
-name: mobile
-version: 0.1.0
-targets: [arduino_q]
-models:
-  mobile:
-    source: {factory: "models.testnets:mobile_blocks"}
-    inputs:
-      x: {shape: [1, 3, 16, 16], range: [-1, 1]}
-    quantization: {scheme: w8a8}
-    overrides:
-      arduino_q: {unit: cpu}
-"""
-
-
 @pytest.mark.slow
 def test_a_mobilenet_with_relu6_builds_in_w8a8_with_its_clamps_fused_and_verifies(tmp_path: Path) -> None:
     # the conv's output is float in the quantized graph (conv -> clamp -> quantize): XNNPACK must still take
     # all of it, the clamp fused into the int8 conv
-    built = build_project(tmp_path, MOBILE, "mobile.yaml")
+    built = build_project(tmp_path, _manifest("mobile", "mobile_blocks", 16), "mobile.yaml")
     unit = built.unit("mobile", "arduino_q")
     assert unit["status"] == "built" and unit["verification"]["status"] == "passed", unit["failure"]
     assert unit["verification"]["metrics"]["min_sqnr_db"] > 35
