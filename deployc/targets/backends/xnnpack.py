@@ -115,7 +115,7 @@ _CLAMPS = ("aten.hardtanh.default", "aten.hardtanh_.default", "aten.relu6.defaul
 _CLAMPED = ("aten.conv1d.default", "aten.conv2d.default", "aten.linear.default")
 
 
-def _observe_after_clamps(model: Any) -> int:
+def _observe_after_clamps(model: Any) -> None:
     """A convolution's or linear's clamp (ReLU6, hardtanh) quantized like its ReLU: one int8 range, observed
     after the clamp. XNNPACK's quantizer fuses a conv with a ReLU but not with a hardtanh: it observes the
     conv's output and lets the clamp share that range, so a ReLU6's [0, 6] output was written in the conv's
@@ -123,10 +123,9 @@ def _observe_after_clamps(model: Any) -> int:
     22.8 dB, MobileNetV1's 24.8 -> 25.4 and its worst of 12 inputs 15.5 -> 19.5, measured). XNNPACK's
     lowering fuses the clamp into the layer (FuseActivationPass), so the program is one int8 conv with an
     output clamp either way. Not after an add or mul: MobileNetV3's hard swish (relu6(x + 3)) lost 2 dB
-    with it (19.8 -> 17.8 median), measured. Returns how many clamps it moved."""
+    with it (19.8 -> 17.8 median), measured."""
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
 
-    moved = 0
     for clamp in model.graph.nodes:
         if clamp.op != "call_function" or str(clamp.target) not in _CLAMPS:
             continue
@@ -139,8 +138,6 @@ def _observe_after_clamps(model: Any) -> int:
         clamp.meta["quantization_annotation"] = QuantizationAnnotation(
             input_qspec_map={}, output_qspec=annotation.output_qspec, _annotated=True)
         annotation.output_qspec = None
-        moved += 1
-    return moved
 
 
 def _xnnpack_graph(blob: bytes) -> dict[str, Any] | None:
