@@ -50,15 +50,23 @@ class _Switch(torch.nn.Module):
     def __init__(self, observer: Any) -> None:
         super().__init__()
         self.on = True
+        self.low, self.high = int(observer.quant_min), int(observer.quant_max)
+        self.dynamic = bool(getattr(observer, "is_dynamic", False))
+        if self.dynamic:  # no range to calibrate: each input's own, as the program takes it at run time
+            self.eps, self.axis = float(observer.eps), None
+            return
         scale, zero_point = observer.calculate_qparams()
         self.scale, self.zero_point = scale.float(), zero_point.int()
-        self.low, self.high = int(observer.quant_min), int(observer.quant_max)
         per_channel = observer.qscheme in (torch.per_channel_symmetric, torch.per_channel_affine)
         self.axis = int(observer.ch_axis) if per_channel else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.on or not x.dtype.is_floating_point:
             return x
+        if self.dynamic:
+            scale, zero_point = torch.ops.quantized_decomposed.choose_qparams.tensor(
+                x, self.low, self.high, self.eps, torch.int8)
+            return torch.fake_quantize_per_tensor_affine(x, float(scale), int(zero_point), self.low, self.high)
         if self.axis is not None:
             return torch.fake_quantize_per_channel_affine(x, self.scale, self.zero_point, self.axis, self.low,
                                                           self.high)
