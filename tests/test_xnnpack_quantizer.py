@@ -1,6 +1,7 @@
 """XNNPACK's static int8 quantizer as deployc configures it (targets/backends/xnnpack.py): a zero pad shares
 its input's scale, and so does the pool after it, so that XNNPACK takes the quantized pad (BiT's stem); a
-convolution's ReLU6 is observed after the clamp, as its ReLU is."""
+convolution's ReLU6 is observed after the clamp, as its ReLU is; a linear that writes a model output takes
+its input's scale at run time and writes float."""
 
 from __future__ import annotations
 
@@ -135,6 +136,76 @@ def test_an_add_that_reaches_a_norm_through_a_dropout_stays_float() -> None:
     assert len(linears) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in linears)
 
 
+class _Classifier(torch.nn.Module):
+    """A hidden layer, then logits read through a reshape (and, with `scores`, a softmax of them too)."""
+
+    def __init__(self, scores: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.hidden, self.head, self.scores = torch.nn.Linear(8, 32), torch.nn.Linear(32, 5), scores
+
+    def forward(self, x: torch.Tensor) -> Any:
+        logits = self.head(torch.relu(self.hidden(x))).reshape(-1, 5)
+        return (logits, logits.softmax(-1)) if self.scores else logits
+
+
+def _linears(model: torch.nn.Module) -> tuple[list[Any], list[Any]]:
+    """Each linear's annotation and each reshape's, after deployc's XNNPACK quantizer annotated the model."""
+    module = torch.export.export(model, (torch.rand(1, 8),)).module()
+    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
+    quantizer.annotate(quantizer.transform_for_annotation(module))
+    def of(targets: tuple[str, ...]) -> list[Any]:
+        return [n.meta.get("quantization_annotation") for n in module.graph.nodes if str(n.target) in targets]
+    return of(("aten.linear.default",)), of(("aten.view.default", "aten.reshape.default"))
+
+
+def test_a_linear_that_writes_an_output_takes_a_dynamic_input_and_writes_float() -> None:
+    (hidden, head), [reshape] = _linears(_Classifier())
+    assert not any(q.is_dynamic for q in hidden.input_qspec_map.values() if q is not None)  # static, with its relu
+    assert head.output_qspec is None and [q.is_dynamic for q in head.input_qspec_map.values()] == [True, False]
+    assert reshape is None  # it shared the head's output range; there is none now
+
+
+def test_a_linear_whose_output_is_also_read_inside_the_model_stays_static() -> None:
+    (_, head), _ = _linears(_Classifier(scores=True))  # the softmax reads the logits in the program
+    assert head.output_qspec is not None
+    assert not any(q.is_dynamic for q in head.input_qspec_map.values() if q is not None)
+
+
+def test_logits_beyond_the_calibrated_range_are_not_clipped() -> None:
+    """A linear classifier calibrated on inputs in [-1, 1], judged on inputs twice as large: XNNPACK's own
+    quantizer clips its input and its logits at the ranges its samples saw; deployc's takes the input's
+    scale at run time and writes the logits in float. The float fallback's simulation of the run-time scale
+    is what convert_pt2e makes."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from deployc.graph import sensitivity
+    from deployc.graph.metrics import compare
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 5).eval()
+    generator = torch.Generator().manual_seed(0)
+    samples = [torch.rand(1, 8, generator=generator) * 2 - 1 for _ in range(12)]
+    wide = [[2 * x] for x in samples[8:]]
+    stock = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    ours = BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {})
+    sqnr = {}
+    for name, quantizer in (("stock", stock), ("ours", ours)):
+        prepared = prepare_pt2e(torch.export.export(model, (samples[0],)).module(), float_paths_only(quantizer))
+        for sample in samples[:8]:
+            prepared(sample)
+        simulated = sensitivity.choose(prepared, wide, sensitivity.Target(0.0, -100.0, budget=0.0)).int8_sqnr_db
+        converted = convert_pt2e(prepared)
+        with torch.no_grad():
+            sqnr[name] = min(compare(model(*x).numpy(), converted(*x).numpy()).sqnr_db for x in wide)
+        assert simulated == pytest.approx(sqnr[name], abs=0.05)
+    assert sqnr["ours"] > 40 and sqnr["stock"] < 5, sqnr  # measured: 46.5 and 0.3 dB
+
+
 def _manifest(name: str, factory: str, size: int) -> str:
     """One model from the test nets, built in w8a8 for arduino_q's CPU."""
     return f"""\
@@ -174,3 +245,6 @@ def test_a_mobilenet_with_relu6_builds_in_w8a8_with_its_clamps_fused_and_verifie
     assert unit["verification"]["metrics"]["min_sqnr_db"] > 35
     assert unit["non_delegated_ops"] == [] or not any("hardtanh" in op or "conv" in op
                                                       for op in unit["non_delegated_ops"])
+    # its head writes the output: a dynamic int8 linear, delegated whole (the run-time scale included)
+    assert not any("choose_qparams" in op or "linear" in op for op in unit["non_delegated_ops"])
+    assert unit["stayed_float"] == []
