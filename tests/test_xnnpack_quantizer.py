@@ -136,6 +136,32 @@ def test_an_add_that_reaches_a_norm_through_a_dropout_stays_float() -> None:
     assert len(linears) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in linears)
 
 
+class _ConvNeXtBlocks(torch.nn.Module):
+    """ConvNeXt's residual additions in small: the first reaches the next norm channels-last (permuted), the
+    last is pooled by a mean, then normed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.conv1(x)
+        h = self.norm1(h.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        h = h + self.conv2(h)
+        return self.norm2(h.mean(dim=(2, 3)))
+
+
+def test_an_add_that_reaches_a_norm_through_a_permute_or_a_pooling_mean_stays_float() -> None:
+    module = torch.export.export(_ConvNeXtBlocks().eval(), (torch.rand(1, 8, 6, 6),)).module()
+    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
+    quantizer.annotate(quantizer.transform_for_annotation(module))
+    adds = [n for n in module.graph.nodes if str(n.target) == "aten.add.Tensor"]
+    assert len(adds) == 2 and all(n.meta.get("quantization_annotation") is None for n in adds)
+    convs = [n for n in module.graph.nodes if str(n.target) == "aten.conv2d.default"]
+    assert len(convs) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in convs)
+
+
 class _Classifier(torch.nn.Module):
     """A hidden layer, then logits read through a reshape (and, with `scores`, a softmax of them too)."""
 

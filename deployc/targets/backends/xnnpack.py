@@ -44,8 +44,16 @@ def _off_the_residual_stream(node: Any) -> bool:
 _IDENTITIES = ("aten.dropout.default", "aten.dropout_.default", "aten.clone.default", "aten.alias.default")
 
 
+# What a residual stream passes through on its way to a norm, and is still the stream: layout changes, and
+# the mean a classifier pools it with. ConvNeXt's residual additions reach their norms that way (the last
+# one pooled, then normed; the others permuted to channels-last): a tiny ConvNeXt V2's worst of three
+# inputs 16.6 -> 28.3 dB with them float, measured.
+_TO_A_NORM = (*_IDENTITIES, "aten.permute.default", "aten.view.default", "aten.reshape.default",
+              "aten.transpose.int", "aten.flatten.using_ints", "aten.mean.dim")
+
+
 def _feeds_a_norm(node: Any) -> bool:
-    return any(str(user.target) in _NORMS or (str(user.target) in _IDENTITIES and _feeds_a_norm(user))
+    return any(str(user.target) in _NORMS or (str(user.target) in _TO_A_NORM and _feeds_a_norm(user))
                for user in node.users)
 
 
