@@ -18,11 +18,17 @@ from deployc.graph.quantize import float_paths_only
 from deployc.targets.backends.xnnpack import BACKEND
 
 
-def _annotated(model: torch.nn.Module) -> dict[str, Any]:
-    """Each pad and pool's annotation after deployc's XNNPACK quantizer annotated the exported model."""
-    module = torch.export.export(model, (torch.rand(1, 3, 12, 12),)).module()
+def _annotate(model: torch.nn.Module, example: torch.Tensor) -> Any:
+    """The exported model as deployc's XNNPACK quantizer annotated it."""
+    module = torch.export.export(model, (example,)).module()
     quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
     quantizer.annotate(quantizer.transform_for_annotation(module))
+    return module
+
+
+def _annotated(model: torch.nn.Module) -> dict[str, Any]:
+    """Each pad and pool's annotation after deployc's XNNPACK quantizer annotated the exported model."""
+    module = _annotate(model, torch.rand(1, 3, 12, 12))
     return {str(n.target): n.meta.get("quantization_annotation") for n in module.graph.nodes
             if "pad" in str(n.target) or "max_pool" in str(n.target)}
 
@@ -47,9 +53,7 @@ def test_a_pad_that_fills_with_anything_but_zero_is_left_alone(value: float, mod
 
 def _clamps(model: torch.nn.Module, example: torch.Tensor) -> list[tuple[Any, Any]]:
     """Each clamp's annotation and its input layer's, after deployc's XNNPACK quantizer annotated the model."""
-    module = torch.export.export(model, (example,)).module()
-    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
-    quantizer.annotate(quantizer.transform_for_annotation(module))
+    module = _annotate(model, example)
     return [(n.meta.get("quantization_annotation"), n.args[0].meta.get("quantization_annotation"))
             for n in module.graph.nodes if str(n.target).startswith(("aten.hardtanh", "aten.relu6"))]
 
@@ -83,27 +87,38 @@ def test_a_clamp_after_an_add_keeps_the_add_s_range() -> None:
     assert add.output_qspec is not None and clamp is None
 
 
-def test_observing_after_the_clamp_gains_snr_on_a_mobilenet() -> None:
-    """The simulated int8 model (convert_pt2e), deployc's quantizer against XNNPACK's own with the same
-    config, calibrated and judged on the same samples: each of the four judged inputs gains."""
+def _calibrated(model: torch.nn.Module, samples: list[torch.Tensor]) -> dict[str, Any]:
+    """The model prepared by XNNPACK's own quantizer ("stock", with deployc's config) and by deployc's
+    ("ours"), each calibrated on the same samples."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    stock = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    ours = BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {})
+    out = {}
+    for name, quantizer in (("stock", stock), ("ours", ours)):
+        prepared = prepare_pt2e(torch.export.export(model, (samples[0],)).module(), float_paths_only(quantizer))
+        for sample in samples:
+            prepared(sample)
+        out[name] = prepared
+    return out
+
+
+def test_observing_after_the_clamp_gains_snr_on_a_mobilenet() -> None:
+    """The simulated int8 model (convert_pt2e), deployc's quantizer against XNNPACK's own with the same
+    config, calibrated and judged on the same samples: each of the four judged inputs gains."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     from deployc.graph.metrics import compare
 
     model = testnets.mobile_blocks()
     generator = torch.Generator().manual_seed(0)
     samples = [torch.rand(1, 3, 16, 16, generator=generator) * 2 - 1 for _ in range(12)]
-    stock = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    ours = BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {})
     sqnr = {}
-    for name, quantizer in (("stock", stock), ("ours", ours)):
-        prepared = prepare_pt2e(torch.export.export(model, (samples[0],)).module(), float_paths_only(quantizer))
-        for sample in samples[:8]:
-            prepared(sample)
+    for name, prepared in _calibrated(model, samples[:8]).items():
         converted = convert_pt2e(prepared)
         with torch.no_grad():
             sqnr[name] = [compare(model(x).numpy(), converted(x).numpy()).sqnr_db for x in samples[8:]]
@@ -126,16 +141,6 @@ class _Embeddings(torch.nn.Module):
         return self.norm(h + self.mlp(self.norm(h)))
 
 
-def test_an_add_that_reaches_a_norm_through_a_dropout_stays_float() -> None:
-    module = torch.export.export(_Embeddings().eval(), (torch.rand(1, 4, 8),)).module()
-    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
-    quantizer.annotate(quantizer.transform_for_annotation(module))
-    adds = [n for n in module.graph.nodes if str(n.target) == "aten.add.Tensor"]
-    assert len(adds) == 2 and all(n.meta.get("quantization_annotation") is None for n in adds)
-    linears = [n for n in module.graph.nodes if str(n.target) == "aten.linear.default"]
-    assert len(linears) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in linears)
-
-
 class _ConvNeXtBlocks(torch.nn.Module):
     """ConvNeXt's residual additions in small: the first reaches the next norm channels-last (permuted), the
     last is pooled by a mean, then normed."""
@@ -152,14 +157,17 @@ class _ConvNeXtBlocks(torch.nn.Module):
         return self.norm2(h.mean(dim=(2, 3)))
 
 
-def test_an_add_that_reaches_a_norm_through_a_permute_or_a_pooling_mean_stays_float() -> None:
-    module = torch.export.export(_ConvNeXtBlocks().eval(), (torch.rand(1, 8, 6, 6),)).module()
-    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
-    quantizer.annotate(quantizer.transform_for_annotation(module))
+@pytest.mark.parametrize("model,example,layer", [
+    (_Embeddings, torch.rand(1, 4, 8), "aten.linear.default"),  # through a dropout
+    (_ConvNeXtBlocks, torch.rand(1, 8, 6, 6), "aten.conv2d.default"),  # through a permute, and a pooling mean
+])
+def test_an_add_that_reaches_a_norm_through_what_keeps_it_the_stream_stays_float(
+        model: type[torch.nn.Module], example: torch.Tensor, layer: str) -> None:
+    module = _annotate(model().eval(), example)
     adds = [n for n in module.graph.nodes if str(n.target) == "aten.add.Tensor"]
     assert len(adds) == 2 and all(n.meta.get("quantization_annotation") is None for n in adds)
-    convs = [n for n in module.graph.nodes if str(n.target) == "aten.conv2d.default"]
-    assert len(convs) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in convs)
+    layers = [n for n in module.graph.nodes if str(n.target) == layer]
+    assert len(layers) == 2 and all(n.meta["quantization_annotation"].input_qspec_map for n in layers)
 
 
 class _Classifier(torch.nn.Module):
@@ -177,9 +185,7 @@ class _Classifier(torch.nn.Module):
 
 def _linears(model: torch.nn.Module) -> tuple[list[Any], list[Any]]:
     """Each linear's annotation and each reshape's, after deployc's XNNPACK quantizer annotated the model."""
-    module = torch.export.export(model, (torch.rand(1, 8),)).module()
-    quantizer = float_paths_only(BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}))
-    quantizer.annotate(quantizer.transform_for_annotation(module))
+    module = _annotate(model, torch.rand(1, 8))
     def of(targets: tuple[str, ...]) -> list[Any]:
         return [n.meta.get("quantization_annotation") for n in module.graph.nodes if str(n.target) in targets]
     return of(("aten.linear.default",)), of(("aten.view.default", "aten.reshape.default"))
@@ -203,11 +209,7 @@ def test_logits_beyond_the_calibrated_range_are_not_clipped() -> None:
     quantizer clips its input and its logits at the ranges its samples saw; deployc's takes the input's
     scale at run time and writes the logits in float. The float fallback's simulation of the run-time scale
     is what convert_pt2e makes."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     from deployc.graph import sensitivity
     from deployc.graph.metrics import compare
@@ -217,13 +219,8 @@ def test_logits_beyond_the_calibrated_range_are_not_clipped() -> None:
     generator = torch.Generator().manual_seed(0)
     samples = [torch.rand(1, 8, generator=generator) * 2 - 1 for _ in range(12)]
     wide = [[2 * x] for x in samples[8:]]
-    stock = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    ours = BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {})
     sqnr = {}
-    for name, quantizer in (("stock", stock), ("ours", ours)):
-        prepared = prepare_pt2e(torch.export.export(model, (samples[0],)).module(), float_paths_only(quantizer))
-        for sample in samples[:8]:
-            prepared(sample)
+    for name, prepared in _calibrated(model, samples[:8]).items():
         simulated = sensitivity.choose(prepared, wide, sensitivity.Target(0.0, -100.0, budget=0.0)).int8_sqnr_db
         converted = convert_pt2e(prepared)
         with torch.no_grad():
