@@ -150,6 +150,62 @@ def test_two_clean_builds_are_byte_identical_with_any_worker_count(suite: Built,
     assert compare_trees(suite.out, tmp_path / "dist") == []
 
 
+POINTWISE = """\
+apiVersion: deployc/v1
+name: pointwise
+version: 0.1.0
+targets: [arduino_q]
+models:
+  pointwise:
+    source: {factory: "models.testnets:pointwise_convs"}
+    inputs:
+      x: {shape: [1, 3, 28, 28], range: [-1, 1]}
+    quantization: w8a8
+    verify: {inputs: 1}
+"""
+
+
+def test_a_calibrated_program_is_the_same_bytes_whatever_torch_s_thread_count(tmp_path: Path) -> None:
+    """A worker's torch had cores // jobs threads: the calibration ranges, and so a static program's bytes,
+    depended on the machine and on --jobs. The build pins one thread (and gives the caller's back)."""
+    import torch
+    from fixtures import testnets
+
+    from deployc.build.results import WorkerJob
+    from deployc.core.self_test_vectors import SELF_TEST_FILE
+    from deployc.graph import worker
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
+
+    model, sample = testnets.pointwise_convs(), torch.rand(1, 3, 28, 28) * 2 - 1
+    before = torch.get_num_threads()
+    eager = []
+    with torch.no_grad():
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            eager.append(model(sample))
+    torch.set_num_threads(before)
+    assert not torch.equal(*eager)  # the premise: the thread count changes the float values themselves
+    manifest = make_project(tmp_path / "project", POINTWISE, "pointwise.yaml")
+    [unit] = make_plan(load_project(manifest), detect()).units()
+    built = []
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            cache = tmp_path / f"cache-{threads}"
+            result = worker.build_program(WorkerJob(unit=unit, cache=str(cache), folder=str(manifest.parent),
+                                                    log_dir=None))
+            assert result.status == "built", result.error
+            assert torch.get_num_threads() == threads
+            entry, _ = Cache(cache).get(unit.program_key)
+            assert entry is not None
+            built.append([entry.file(name).read_bytes() for name in ("program.pte", SELF_TEST_FILE)])
+    finally:
+        torch.set_num_threads(before)
+    assert built[0] == built[1]
+
+
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,14 @@ unit's log file, not the user's terminal.
 
 from __future__ import annotations
 
-import os
+import functools
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from deployc.build.cache import open_cache
 from deployc.build.facts import (
@@ -39,6 +39,8 @@ from deployc.plan.build_plan import NOT_JUDGED_SQNR, Export, UnitPlan
 if TYPE_CHECKING:
     from deployc.graph.verify import TaskChecks
 
+P = ParamSpec("P")
+R = TypeVar("R")
 _sink: EventSink | None = None  # where step events go; set by the executor that hosts this process
 
 
@@ -47,11 +49,25 @@ def set_event_sink(sink: EventSink | None) -> None:
     _sink = sink
 
 
-def set_threads(threads: int) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    import torch
+def _one_thread(make: Callable[P, R]) -> Callable[P, R]:
+    """`make` with torch on one intra-op thread, restored after. A program's bytes depend on the float values
+    its build computes (calibration ranges, the float fallback's choice, the self-test vectors), and torch
+    sums a convolution's products in an order that depends on its thread count: MixNet's calibrated scales
+    differed between 1 and 2 threads (its held-out int8 worst 9.8 / 11.9 dB). Pinned, the bytes do not
+    depend on the machine's cores, on --jobs or on the process (worker, ETRecord rebuild, a test)."""
 
-    torch.set_num_threads(threads)
+    @functools.wraps(make)
+    def pinned(*args: P.args, **kwargs: P.kwargs) -> R:
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return make(*args, **kwargs)
+        finally:
+            torch.set_num_threads(before)
+
+    return pinned
 
 
 def emit(event: Event) -> None:
@@ -148,6 +164,7 @@ def _flatten(value: Any) -> list[Any]:
     return list(pytree.tree_leaves(value))
 
 
+@_one_thread
 def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
                  verifier: subprocess.Popen[str] | None, log: IO[str] | None,
                  etrecord: Path | None = None) -> ProgramFacts:

@@ -19,7 +19,7 @@ from deployc.graph import worker
 from deployc.plan.build_plan import UnitPlan
 
 
-def _init_worker(events: Any, threads: int, log_dir: str | None) -> None:
+def _init_worker(events: Any, log_dir: str | None) -> None:
     """Pool initializer. Import-time chatter of the libraries goes to the worker's log file, not the
     user's terminal (each unit's own output then goes to the unit's log); failures reach the user
     through the results."""
@@ -29,7 +29,6 @@ def _init_worker(events: Any, threads: int, log_dir: str | None) -> None:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     worker.set_event_sink(events.put)
-    worker.set_threads(threads)
 
 
 def _build(job: WorkerJob) -> WorkerResult:
@@ -66,13 +65,12 @@ class LocalExecutor:
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        threads = max(1, (os.cpu_count() or 1) // jobs)
         log_dir = None if self.verbose else str(cache.log_dir)
         results: dict[str, WorkerResult] = {}
         try:
             # Workers write into the local cache (a shared one's local mirror); the driver publishes.
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(channel, threads, log_dir)) as pool:
+                                     initargs=(channel, log_dir)) as pool:
                 futures = {u.program_key: pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root),
                                                                         folder=str(folder), log_dir=log_dir))
                            for u in todo}

@@ -72,7 +72,7 @@ def _node(ray: Any) -> Node:
                 host=socket.gethostname(), pid=os.getpid())
 
 
-def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any, threads: int) -> WorkerResult:
+def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any) -> WorkerResult:
     """Runs on a Ray worker. Its working directory is the manifest folder that Ray unpacked."""
     import ray
 
@@ -87,7 +87,6 @@ def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any, threa
     # Every attempt starts with this event: the driver counts them, so retries are known from data.
     emit(Event(label=unit.label, kind="started", where=f"node {(node.node_id or '')[:12]} (pid {node.pid})"))
     worker.set_event_sink(emit)
-    worker.set_threads(threads)
     # Ray's worker logs keep what the libraries print (log_dir None): the node's log directory.
     job = WorkerJob(unit=unit, cache=shared_cache or "", folder=os.getcwd(), log_dir=None)
     if shared_cache is not None:  # a shared cache every node reaches: publish there, return the key
@@ -216,7 +215,7 @@ class RayExecutor:
                               retry_exceptions=False)(build_unit_task)
             spec = cache.spec if _shareable(cache) else None
             units = {u.program_key: u for u in todo}
-            refs = {task.options(name=f"deployc:{u.label}").remote(u, spec, channel, self.cpus_per_unit): key
+            refs = {task.options(name=f"deployc:{u.label}").remote(u, spec, channel): key
                     for key, u in units.items()}
             results: dict[str, WorkerResult] = {}
             pending = list(refs)
