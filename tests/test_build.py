@@ -46,6 +46,7 @@ def test_multi_method_program(suite: Built) -> None:
     u = suite.unit("two_tower", "arduino_q")
     v = u["verification"]
     assert v["status"] == "passed" and u["quantization"] == "8da8w"
+    assert u["stayed_float"] == ["image.0"]  # 8da8w quantizes linears: the image tower's convolution says so
     assert [(p["method"], p["dims"]) for p in v["points"]] == [
         ("forward", {"seq": 2}), ("forward", {"seq": 9}), ("forward", {"seq": 16}),
         ("encode_text", {"seq": 2}), ("encode_text", {"seq": 9}), ("encode_text", {"seq": 16})]
@@ -59,6 +60,16 @@ def test_multi_method_program(suite: Built) -> None:
                                                                "multiple_of": 1}
     assert [t["name"] for t in methods["encode_text"]["outputs"]] == ["text_embedding"]
     assert methods["get_embedding_dim"]["inputs"] == [] and methods["encode_text"]["delegates"] == ["XnnpackBackend"]
+
+
+def test_the_build_says_which_layers_a_scheme_left_float(suite: Built, tmp_path: Path) -> None:
+    """From the cache, as a user reads it: 8da8w quantizes linears, so two_tower's convolution stays float."""
+    shutil.copytree(suite.cache, tmp_path / "cache")
+    r = run_subprocess("build", str(suite.manifest), "--out", str(tmp_path / "dist"), "--cache-dir",
+                       str(tmp_path / "cache"), cwd=suite.manifest.parent)
+    assert r.code == 0, r.err[-2000:]
+    assert "stayed float: two_tower on arduino_q (8da8w): 1 weighted layer(s) not quantized: image.0" in r.out
+    assert "stayed float: mlp_8da8w" not in r.out  # every linear in int8
 
 
 def test_fp32_matches_eager_at_min_mid_max(suite: Built) -> None:

@@ -4,7 +4,7 @@ baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packe
 minimum, a strided 9 x 9 convolution widened to 11 x 11 and sigmoids written through tanh (fp16 only), a batch norm's epsilon moved into
 its variance, a lone batch norm as a multiply and an add and a
 gather of constant consecutive indices as a slice for QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
-quantized (deployc/graph/quantize.py)."""
+quantized and Falcon's own linear as a plain one (deployc/graph/quantize.py)."""
 
 from __future__ import annotations
 
@@ -156,17 +156,68 @@ class RawWeight(torch.nn.Module):
 
 
 def test_linears_read_as_tensors_stay_float_and_the_model_still_runs() -> None:
-    from deployc.graph.quantize import called_modules, torchao_quantize
+    from deployc.graph.quantize import input_ranks, torchao_quantize
     from deployc.targets.backends.base import int8_dynamic_activations
 
     torch.manual_seed(0)
     model, x = RawWeight().eval(), torch.randn(2, 16)
-    called = called_modules(model, [x], torch.nn.Linear)
-    assert called == {id(model.called)}
+    called = input_ranks(model, [x], torch.nn.Linear)
+    assert called == {id(model.called): 2}
     torchao_quantize(model, int8_dynamic_activations(8, None), None, called)
     assert type(model.raw.weight.data) is torch.Tensor and type(model.called.weight.data) is not torch.Tensor
     with torch.no_grad():
         model(x)  # quantized, the raw weight's transpose would raise ("IntxUnpackedToInt8Tensor ... aten.t")
+
+
+def test_falcons_own_linear_becomes_a_plain_linear_and_quantizes() -> None:
+    """FalconLinear computes `input @ weight.T + bias` on the raw weight: as a plain Linear it gives the same
+    values and its weight quantizes (8da8w failed at quantize before: "... aten.permute")."""
+    from transformers.models.falcon.modeling_falcon import FalconLinear
+
+    from deployc.graph.quantize import input_ranks, plain_linears, torchao_quantize
+    from deployc.targets.backends.base import int8_dynamic_activations
+
+    def falcon_mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(FalconLinear(16, 32), torch.nn.GELU(), FalconLinear(32, 8, bias=False)).eval()
+
+    model, x = falcon_mlp(), torch.randn(2, 5, 16)
+    with torch.no_grad():
+        before = model(x)
+        assert plain_linears(model) == 2 and all(type(m) is torch.nn.Linear for m in (model[0], model[2]))
+        torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-6)  # addmm vs matmul + add
+        model = falcon_mlp()  # torchao_quantize makes them plain itself
+        torchao_quantize(model, int8_dynamic_activations(8, None), None, input_ranks(model, [x], torch.nn.Linear))
+        assert type(model[0].weight.data) is not torch.Tensor and type(model[2].weight.data) is not torch.Tensor
+        assert torch.nn.functional.cosine_similarity(model(x).flatten(), before.flatten(), dim=0) > 0.999
+
+
+def test_a_linear_on_a_four_dim_input_runs_on_its_rows_and_quantizes_with_the_same_values() -> None:
+    """FocalNet projects (batch, height, width, channels); XNNPACK's dynamically quantized linear takes rank 2
+    or 3 ("Weight and Input should both be quantized" at lowering): such a linear runs on rows, only it."""
+    from deployc.graph.quantize import RowsLinear, input_ranks, torchao_quantize
+    from deployc.targets.backends.base import int8_dynamic_activations
+
+    class Focal(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.spatial, self.tokens = torch.nn.Linear(8, 12), torch.nn.Linear(12, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.tokens(self.spatial(x).flatten(1, 2))
+
+    torch.manual_seed(0)
+    model, x = Focal().eval(), torch.randn(1, 3, 5, 8)
+    with torch.no_grad():
+        before = model(x)
+        ranks = input_ranks(model, [x], torch.nn.Linear)
+        assert ranks == {id(model.spatial): 4, id(model.tokens): 3}
+        torchao_quantize(model, int8_dynamic_activations(8, None), None, ranks)
+        assert type(model.spatial) is RowsLinear and type(model.tokens) is torch.nn.Linear
+        assert torch.nn.functional.cosine_similarity(model(x).flatten(), before.flatten(), dim=0) > 0.999
+    graph = torch.export.export(model, (x,), strict=False).graph
+    shapes = [list(n.args[0].meta["val"].shape) for n in graph.nodes if n.target == torch.ops.aten.linear.default]
+    assert shapes == [[15, 8], [1, 15, 12]]
 
 
 def test_a_group_norm_of_one_group_becomes_a_layer_norm_with_the_same_values() -> None:

@@ -142,7 +142,7 @@ class ProgramFacts(Frozen):
     scratch_bytes: int = 0  # kernels' scratch buffers (CMSIS-NN), inside the planned arena
     measurement: Measurement
     durations_s: dict[str, float]
-    stayed_float: list[str] = []  # weighted layers a static (PT2E) scheme left in floating point
+    stayed_float: list[str] = []  # weighted layers left in floating point (torchao schemes: every convolution)
     float_fallback: FloatFallback | None = None  # a static scheme's measured fallback (None: not enabled)
     static_decoder: StaticDecoderLayout | None = None  # a decoder in the static form: how an app drives it
 

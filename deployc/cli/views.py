@@ -216,6 +216,12 @@ def render_build(console: Console, report: BuildReport) -> None:
                                                         if r.status != "failed" else
                                                         f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
                                                         "failed too"))
+    for r in report.units:  # e.g. a conv net in 8da8w: torchao's schemes quantize linears only
+        if r.facts and r.facts.stayed_float:
+            names = r.facts.stayed_float
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            console.result(f"stayed float: {r.unit.model} on {r.unit.target} ({r.unit.quantization}): "
+                           f"{len(names)} weighted layer(s) not quantized: {shown}")
     for r in report.units:  # a microcontroller's memory, as its app must provide it
         limits = r.unit.budget.limits
         if r.facts and ("sram" in limits or "flash" in limits):

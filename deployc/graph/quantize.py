@@ -19,11 +19,17 @@ from deployc.plan.build_plan import Export
 
 
 def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None,
-                     called: set[int] | None = None) -> torch.nn.Module:
-    """called: the linears one eager call runs as modules (called_modules); the others stay float: a model
-    that reads a linear's weight as a tensor (WavLM's attention passes it to F.multi_head_attention_forward,
-    which transposes it) cannot read a quantized one ("IntxUnpackedToInt8Tensor ... aten.t")."""
+                     called: dict[int, int] | None = None) -> torch.nn.Module:
+    """called: the linears one eager call runs as modules, with their inputs' rank (input_ranks); the others
+    stay float: a model that reads a linear's weight as a tensor (WavLM's attention passes it to
+    F.multi_head_attention_forward, which transposes it) cannot read a quantized one ("IntxUnpackedToInt8Tensor
+    ... aten.t"). Linears written out by hand become plain ones first, those on inputs of rank 4 or more
+    RowsLinear."""
     from torchao.quantization import quantize_
+
+    plain_linears(model)
+    if called is not None:
+        linears_on_rows(model, called)
 
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         # Grouped int4 needs in_features divisible by the group; other linears stay float. Attention's
@@ -38,6 +44,45 @@ def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None
     return model
 
 
+# Linear subclasses whose forward is Linear's arithmetic written out, on the raw weight (Falcon's
+# `input @ self.weight.T + bias`): a quantized weight has no transpose ("IntxUnpackedToInt8Tensor ...
+# aten.permute"), F.linear reads it. Their state is Linear's, so they become plain Linears.
+PLAIN_LINEARS = frozenset({"transformers.models.falcon.modeling_falcon.FalconLinear"})
+
+
+class RowsLinear(torch.nn.Linear):
+    """A Linear over its input's rows: the leading dims flattened into one, then restored; the same values.
+    XNNPACK lowers a dynamically quantized linear on inputs of rank 2 or 3 only (FocalNet's modulation
+    projects (batch, height, width, channels): "Weight and Input should both be quantized"), and 8da8w's
+    per-token activation scales are per row either way."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        rows = super().forward(input.reshape(-1, input.shape[-1]))
+        return rows.reshape(*input.shape[:-1], self.out_features)
+
+
+def linears_on_rows(model: torch.nn.Module, ranks: dict[int, int]) -> int:
+    """Make the plain Linears that `ranks` (input_ranks) saw called on a tensor of rank 4 or more RowsLinear,
+    in place; how many."""
+    count = 0
+    for module in model.modules():
+        if type(module) is torch.nn.Linear and ranks.get(id(module), 0) > 3:
+            module.__class__ = RowsLinear
+            count += 1
+    return count
+
+
+def plain_linears(model: torch.nn.Module) -> int:
+    """Make the PLAIN_LINEARS in `model` nn.Linear, in place; how many."""
+    count = 0
+    for module in model.modules():
+        kind = type(module)
+        if f"{kind.__module__}.{kind.__qualname__}" in PLAIN_LINEARS:
+            module.__class__ = torch.nn.Linear
+            count += 1
+    return count
+
+
 def looked_up_embeddings(model: torch.nn.Module, example: list[torch.Tensor]) -> set[int]:
     """The embedding modules one eager call on the example calls as lookups (by id). DETR-style models
     read a table as a plain tensor (learned queries: `embedding.weight.unsqueeze(0)`), which a quantized
@@ -47,9 +92,19 @@ def looked_up_embeddings(model: torch.nn.Module, example: list[torch.Tensor]) ->
 
 def called_modules(model: torch.nn.Module, example: list[torch.Tensor], kind: type[torch.nn.Module]) -> set[int]:
     """The modules of `kind` one eager call on the example runs as modules (by id)."""
-    called: set[int] = set()
-    hooks = [m.register_forward_hook(lambda m, i, o: called.add(id(m)))
-             for m in model.modules() if isinstance(m, kind)]
+    return set(input_ranks(model, example, kind))
+
+
+def input_ranks(model: torch.nn.Module, example: list[torch.Tensor], kind: type[torch.nn.Module]) -> dict[int, int]:
+    """The modules of `kind` one eager call on the example runs as modules (by id), each with the highest
+    rank of the first tensor it was called with."""
+    called: dict[int, int] = {}
+
+    def seen(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        rank = args[0].dim() if args and isinstance(args[0], torch.Tensor) else 0
+        called[id(module)] = max(rank, called.get(id(module), 0))
+
+    hooks = [m.register_forward_pre_hook(seen) for m in model.modules() if isinstance(m, kind)]
     state = [(b, b.clone()) for b in model.buffers()]  # a KV cache is written by the call: put back
     try:
         with torch.no_grad():
@@ -199,16 +254,16 @@ def _restore_integer_scalars(model: torch.fx.GraphModule) -> None:
         model.recompile()
 
 
-_WEIGHTED = ("aten.linear.default", "aten.conv1d.default", "aten.conv2d.default", "aten.matmul.default",
-             "aten.bmm.default", "aten.addmm.default")
+LAYERS = ("aten.linear.default", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
+_WEIGHTED = (*LAYERS, "aten.matmul.default", "aten.bmm.default", "aten.addmm.default")
 
 
-def stayed_float(model: torch.fx.GraphModule) -> list[str]:
-    """The weighted layers (linear, conv, matmul) of a converted model whose input is not dequantized
-    from int8: what quantization left in floating point, named by the model's module path."""
+def stayed_float(model: torch.fx.GraphModule, kinds: tuple[str, ...] = _WEIGHTED) -> list[str]:
+    """The weighted layers (linear, conv, matmul; or `kinds`) of a quantized model whose input is not
+    dequantized from int8: what quantization left in floating point, named by the model's module path."""
     out = []
     for node in model.graph.nodes:
-        if node.op != "call_function" or str(node.target) not in _WEIGHTED:
+        if node.op != "call_function" or str(node.target) not in kinds:
             continue
         source = node.args[0] if node.args else None
         if "dequantize" not in str(getattr(source, "target", "")):

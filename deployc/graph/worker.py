@@ -178,12 +178,14 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     from deployc.graph.lower import WEIGHTS_TAG, lower_program
     from deployc.graph.model import load_model
     from deployc.graph.quantize import (
+        LAYERS,
         calibration_samples,
-        called_modules,
+        input_ranks,
         looked_up_embeddings,
         pt2e_quantize,
         quantize_embeddings,
         share_tied_int4_tables,
+        stayed_float,
         tied_embeddings,
         torchao_quantize,
     )
@@ -272,7 +274,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
         tied = (tied_embeddings(model, recipe.group_size)
                 if recipe.embedding_bits == 4 and recipe.group_size and unit.serialize.external_weights else [])
         model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size,
-                                 called_modules(model, examples["forward"], torch.nn.Linear))
+                                 input_ranks(model, examples["forward"], torch.nn.Linear))
         if recipe.embedding_bits:
             share_tied_int4_tables(model, tied)
             group = recipe.group_size if recipe.embedding_bits == 4 else None
@@ -285,7 +287,8 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
                 for name, function, inputs in signatures}
     fault_point("export")
     lap("export")
-    float_layers: list[str] = []
+    # torchao's schemes quantize linears only: a convolution stays float, said as PT2E's leftovers are.
+    float_layers = stayed_float(programs["forward"].graph_module, LAYERS) if recipe.method == "torchao" else []
     fallback = None
     if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
         at("quantize")
