@@ -3,10 +3,8 @@
     .venv/bin/python benchmarks/index_reference_bench.py [--chunks 2000] [--work DIR]
 
 The demo's embedder (all-MiniLM-L6-v2) on the Snapdragon NPU (QNN fp16, a static 128 tokens, run on the
-HTP emulator at build time) indexes (1) the demo corpus, embedded by the target's program in one process
-(`--jobs 1`), (1b) the same with one process per core (the emulator runs a program on one core: the build
-splits the corpus over `--jobs` processes), (2) the demo corpus embedded by the host reference program
-(XNNPACK fp32) and proven on a sample, (3) a corpus of
+HTP emulator at build time) indexes (1) the demo corpus, embedded by the target's program, (2) the demo
+corpus embedded by the host reference program (XNNPACK fp32) and proven on a sample, (3) a corpus of
 `--chunks` chunks or more (Python's own pydoc topics, shipped with the interpreter: offline) by the
 reference. Each build reuses the programs the one before built, so its time is the index's (and, the
 first time, the reference program's lowering, printed apart). The target's program on the large corpus
@@ -16,7 +14,6 @@ is not run (hours on the emulator): its time is the demo's measured rate times t
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -95,14 +92,11 @@ def _large_corpus(folder: Path, chunks: int) -> int:
     return words
 
 
-def _build(work: Path, corpus: str, embed_with: str, jobs: int = 0) -> tuple[float, str]:
-    """jobs: --jobs (0: one per core). The index is embedded again each time (its cache entry removed)."""
+def _build(work: Path, corpus: str, embed_with: str) -> tuple[float, str]:
     (work / "bench.yaml").write_text(MANIFEST.format(corpus=corpus, embed_with=embed_with))
-    shutil.rmtree(work / "cache" / "indexes", ignore_errors=True)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "deployc", "build", "bench.yaml", "--out", "dist", "--cache-dir",
-                           "cache", "--force", "--no-emulate", "--jobs", str(jobs)], cwd=work, capture_output=True,
-                          text=True)
+                           "cache", "--force", "--no-emulate"], cwd=work, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"build failed ({corpus}, {embed_with}):\n{proc.stderr[-3000:]}")
@@ -135,9 +129,7 @@ def main() -> None:
         shutil.copytree(REPO / "manifests" / "corpus", work / "corpus", dirs_exist_ok=True)
         shutil.copytree(REPO / "targets", work / "targets", dirs_exist_ok=True)
         _large_corpus(work / "large", args.chunks)
-        cores = os.cpu_count() or 1
-        rows = [("demo corpus", "target (NPU, emulator), 1 process", *_build(work, "corpus", "target", 1)),
-                ("demo corpus", f"target (NPU, emulator), {cores} processes", *_build(work, "corpus", "target")),
+        rows = [("demo corpus", "target (NPU program, HTP emulator)", *_build(work, "corpus", "target")),
                 ("demo corpus", "reference (XNNPACK fp32) + NPU sample", *_build(work, "corpus", "reference")),
                 ("large corpus", "reference (XNNPACK fp32) + NPU sample", *_build(work, "large", "reference"))]
     print(f"{'corpus':<13} {'embedded by':<38} {'chunks':>6} {'embedding s':>11} {'build s':>8}  agreement")
@@ -146,10 +138,7 @@ def main() -> None:
         chunks, embedding = _embedding(stderr)
         measured.append((chunks, embedding))
         print(f"{corpus:<13} {by:<38} {chunks:>6} {embedding:>11.1f} {seconds:>8.1f}  {_agreement(stderr)}")
-    (demo_chunks, demo_s), (_, split_s), (large_chunks, large_s) = measured[0], measured[1], measured[3]
-    if split_s:
-        print(f"\nthe demo corpus by the NPU program split over {cores} processes: {demo_s / split_s:.2f}x the "
-              "one-process rate (identical vectors: tests/test_rag.py)")
+    (demo_chunks, demo_s), (large_chunks, large_s) = measured[0], measured[2]
     if demo_chunks and demo_s:
         estimate = large_chunks * demo_s / demo_chunks
         print(f"\nthe NPU program on the large corpus (not run: an estimate from the demo's measured rate): "

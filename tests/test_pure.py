@@ -4,10 +4,6 @@ through slow builds): metrics, chunking, token choice, dim points, output compar
 from __future__ import annotations
 
 import math
-import os
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,18 +139,15 @@ def test_declared_outputs_against_the_program() -> None:
 
 
 def test_index_rate_read_from_the_embed_workers_last_line() -> None:
-    from deployc.packaging.embed_runs import _rate
+    from deployc.packaging.assets import _rate
 
-    assert _rate(["loading\nembedded 2000 in 4.000000\n"]) == "500 chunks/s"
-    assert _rate(["embedded 42 in 0.0\n"]) == ""  # a clock that did not move says nothing rather than infinity
-    assert _rate(["# LIBNATIVE\n"]) == "" and _rate([""]) == ""
-    # Split over processes: all the texts over the slowest process's time; one process silent, no rate.
-    assert _rate(["embedded 21 in 30.0\n", "embedded 21 in 28.0\n"]) == "1.4 chunks/s"
-    assert _rate(["embedded 21 in 30.0\n", "killed\n"]) == ""
+    assert _rate("loading\nembedded 2000 in 4.000000\n") == "500 chunks/s"
+    assert _rate("embedded 42 in 0.0\n") == ""  # a clock that did not move says nothing rather than infinity
+    assert _rate("# LIBNATIVE\n") == "" and _rate("") == ""
 
 
 def test_index_progress_lines() -> None:
-    from deployc.packaging.embed_runs import progress_line
+    from deployc.packaging.assets import progress_line
 
     assert progress_line("progress 40 200\n") == "40/200 chunks (20%)"
     assert progress_line("# LIBNATIVE: something\n") == "" and progress_line("progress x 2") == ""
@@ -162,61 +155,10 @@ def test_index_progress_lines() -> None:
 
 def test_index_rates_keep_two_digits_when_slow() -> None:
     """An NPU program on the HTP emulator embeds under one chunk a second: said as 0.71, not 0."""
-    from deployc.packaging.embed_runs import _rate, progress_line
+    from deployc.packaging.assets import _rate, progress_line
 
-    assert _rate(["embedded 42 in 59.1"]) == "0.71 chunks/s"
-    assert _rate(["embedded 42 in 0.45"], "images") == "93 images/s"
-    assert _rate(["embedded 3000 in 1.2"]) == "2,500 chunks/s"
-    assert _rate(["something else"]) == ""
+    assert _rate("embedded 42 in 59.1") == "0.71 chunks/s"
+    assert _rate("embedded 42 in 0.45", "images") == "93 images/s"
+    assert _rate("embedded 3000 in 1.2") == "2,500 chunks/s"
+    assert _rate("something else") == ""
     assert progress_line("progress 40 200") == "40/200 chunks (20%)"
-
-
-def test_an_index_splits_its_texts_into_contiguous_near_equal_shards() -> None:
-    from deployc.packaging.embed_runs import shards
-
-    assert shards(42, 2) == [range(0, 21), range(21, 42)]
-    assert shards(10, 3) == [range(0, 3), range(3, 6), range(6, 10)]
-    assert shards(1, 4) == [range(0, 1)] and shards(0, 2) == [range(0, 0)]
-    assert [i for part in shards(97, 5) for i in part] == list(range(97))
-
-
-# A stand-in for the embed worker (its command-line contract: TEXTS_JSON OUT_NPY last, `progress I N` lines,
-# `embedded N in SECONDS` last): each text's vector is its length; a text "fail" exits 3, "hang" never ends.
-_WORKER = """
-import json, sys, time
-import numpy as np
-texts = json.load(open(sys.argv[1]))
-if "fail" in texts:
-    print("no token for 'fail'", file=sys.stderr)
-    sys.exit(3)
-if "hang" in texts:
-    time.sleep(600)
-for i, _ in enumerate(texts, 1):
-    print(f"progress {i} {len(texts)}", flush=True)
-np.save(sys.argv[2], np.array([[float(len(t))] for t in texts], dtype=np.float32))
-print(f"embedded {len(texts)} in 2.0")
-"""
-
-
-def test_a_split_embedding_run_joins_the_vectors_in_order_and_says_the_whole_lists_progress(tmp_path: Path) -> None:
-    from deployc.packaging.embed_runs import run
-
-    said: list[str] = []
-    texts = ["a" * n for n in range(1, 11)]
-    done = run([sys.executable, "-c", _WORKER], dict(os.environ), texts, tmp_path, "t", 3, said.append, "chunks")
-    assert done.vectors[:, 0].tolist() == list(range(1, 11)) and done.rate == "5 chunks/s"  # 10 over 2.0 s
-    counts = [int(line.split("/")[0]) for line in said]
-    assert said and all(line.endswith(f"/10 chunks ({n * 10}%)") for line, n in zip(said, counts))
-    assert counts == sorted(set(counts)) and counts[-1] < 10  # one line per tenth reached, none at 100%
-    assert list(tmp_path.iterdir()) == []  # the shards' texts and vectors do not stay behind
-
-
-def test_a_failed_shard_stops_the_others_and_its_own_error_is_the_one_said(tmp_path: Path) -> None:
-    from deployc.packaging.embed_runs import EmbedFailed, run
-
-    start = time.monotonic()
-    with pytest.raises(EmbedFailed) as failed:
-        run([sys.executable, "-c", _WORKER], dict(os.environ), ["hang", "fail"], tmp_path, "t", 2,
-            lambda _: None, "chunks")
-    assert failed.value.code == 3 and "no token for 'fail'" in failed.value.stderr
-    assert time.monotonic() - start < 60  # the hanging shard was stopped, not waited for

@@ -5,7 +5,6 @@ benchmarks/rag_questions.json, and `deployc run` from the bundle alone. Built on
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -233,32 +232,6 @@ def test_index_progress_names_the_target(rag: Path) -> None:
         rate = next(line for line in said.splitlines() if line.startswith(f"index docs on {target}: ")
                     and "embedded at" in line)
         assert " 0 chunks/s" not in rate
-
-
-def test_the_npu_index_split_over_processes_is_the_bytes_one_process_gives(rag: Path, tmp_path: Path) -> None:
-    """The NPU's program runs on one core of the HTP emulator, so its index embeds the corpus with one process
-    per build job: rows from both sides of the split, embedded again by one process, are the same bytes."""
-    from deployc.packaging import embed_runs, embed_worker
-    from deployc.targets.backends import qnn_host
-
-    npu = rag / "snapdragon"
-    index = json.loads((npu / "assets" / "indexes" / "docs.json").read_text())
-    vectors = np.fromfile(npu / "assets" / "indexes" / "docs.f32", dtype="<f4").reshape(index["count"], -1)
-    said = (rag.parents[2] / "build.err").read_text()
-    jobs = min(os.cpu_count() or 1, index["count"])
-    if jobs > 1:
-        assert (f"index docs on snapdragon: {index['count']} chunks over {jobs} processes (the qnn program runs "
-                "on one core here)") in said
-    assert "index docs on arduino_q: 42 chunks over" not in said  # XNNPACK's program uses every core in one
-    shown = [int(line.split(": ")[1].split("/")[0]) for line in said.splitlines()
-             if line.startswith("index docs on snapdragon: ") and f"/{index['count']} chunks (" in line]
-    assert shown and shown == sorted(set(shown))  # the whole corpus's progress, not each process's
-    rows = sorted({0, index["count"] // jobs - 1, index["count"] // jobs, index["count"] - 1})
-    worker = [sys.executable, "-m", embed_worker.__name__, str(npu / "embedder.pte"),
-              str(npu / "assets" / "tokenizers" / "wordpiece.json"), "128", "128"]  # max_length 128, the NPU's pad
-    again = embed_runs.run(worker, {**os.environ, **qnn_host.environment()},
-                           [index["chunks"][i]["text"] for i in rows], tmp_path, "again", 1, lambda _: None, "chunks")
-    assert again.vectors.tobytes() == vectors[rows].tobytes()
 
 
 @pytest.mark.parametrize("target", ["snapdragon", "arduino_q"])

@@ -58,9 +58,8 @@ def check_releases(plan: BuildPlan, out: Path, force: bool) -> list[ReleaseStatu
 
 
 def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force: bool, events: EventSink,
-          say: Say, warn: Say, emulate: bool = True, jobs: int = 1) -> BuildReport:
-    """emulate: False skips the arm64 check of arm64 devices' CPU programs (reported not-run). jobs: the
-    processes an index may embed with at once (--jobs)."""
+          say: Say, warn: Say, emulate: bool = True) -> BuildReport:
+    """emulate: False skips the arm64 check of arm64 devices' CPU programs (reported not-run)."""
     releases = check_releases(plan, out, force)
     built = build(plan, cache, executor, events, say, warn)
     # Host reference programs (indexes' embed_with: reference) are the build's own, not units of a bundle.
@@ -87,7 +86,7 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
         )
         from deployc.packaging.bundle import write_bundle
 
-        assets = build_assets(plan, t, results, references, cache, say, jobs)
+        assets = build_assets(plan, t, results, references, cache, say)
         bundles[t.profile] = write_bundle(plan, t, units, out, force, assets)
     return BuildReport(units=list(results.values()), bundles=bundles, bundles_not_written=not_written,
                        releases=releases)

@@ -195,8 +195,7 @@ def build_cmd(
     if ray_address and executor is not ExecutorName.ray:
         raise UsageError("--ray-address needs --executor ray")
     console = Console(json_mode=json_out, verbose=verbose)
-    jobs = jobs or os.cpu_count() or 1
-    runner = make_executor(executor.value, jobs, ray_address, verbose)
+    runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address, verbose)
     toolchain = detect()
     cache = open_cache(cache_spec(cache_dir))
     if plan_file is not None:
@@ -212,7 +211,7 @@ def build_cmd(
         what = [str(manifest), *(["--target", target] if target else [])]
     with console.progress() as events:
         report = apply(build_plan, out, cache, runner, force=force, events=events, say=console.status, emulate=emulate,
-                       warn=console.warn, jobs=jobs)
+                       warn=console.warn)
     if check_reproducible and not report.failed:
         from deployc.cli.reproducibility import rebuild_and_compare
 

@@ -1,8 +1,7 @@
 """A target's pipeline assets: tokenizer files and vector indexes (built once per content key, cached).
 
 An index embeds every corpus chunk with the target's built embedding program through the ExecuTorch
-runtime, in child processes (packaging/embed_runs.py), so that on-device query embeddings and indexed
-vectors agree.
+runtime, in a child process, so that on-device query embeddings and indexed vectors agree.
 """
 
 from __future__ import annotations
@@ -10,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from deployc.core import layout
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.events import Say
-from deployc.packaging import embed_runs, embed_worker
+from deployc.packaging import embed_worker
 from deployc.packaging.corpus import Chunk, chunk_corpus
 from deployc.pipeline.asset_sources import tokenizer_file
 from deployc.plan.build_plan import (
@@ -53,7 +54,7 @@ def _tokenizer(plan: BuildPlan, a: TokenizerAssetPlan) -> Path:
 
 
 def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: UnitResult,
-           reference: UnitResult | None, cache: Cache, say: Say, jobs: int) -> Path:
+           reference: UnitResult | None, cache: Cache, say: Say) -> Path:
     folder = plan.folder
     files = [folder / f.path for f in a.corpus]
     label = f"index {a.name} on {target.target}"  # a two-target build embeds the corpus once per target
@@ -78,7 +79,7 @@ def _index(plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, program: Unit
             else:
                 chunks = chunk_corpus(files, folder, a.words, a.overlap)
                 texts = [c.text for c in chunks]
-            embedder = _Embedder(plan, target, a, staging, cache, label, say, jobs)
+            embedder = _Embedder(plan, target, a, staging, cache, label, say)
             meta: dict[str, Any] = {}
             if reference is None:
                 say(f"{label}: embedding {len(files)} file(s) with {program.unit.model}'s program "
@@ -163,9 +164,9 @@ class _Embedder:
     """Runs the embed worker on a list of texts (or image paths) with one program, passing its progress on."""
 
     def __init__(self, plan: BuildPlan, target: TargetPlan, a: IndexAssetPlan, staging: Path, cache: Cache,
-                 label: str, say: Say, jobs: int) -> None:
-        self.plan, self.target, self.a, self.staging, self.cache, self.label, self.say, self.jobs = (
-            plan, target, a, staging, cache, label, say, jobs)
+                 label: str, say: Say) -> None:
+        self.plan, self.target, self.a, self.staging, self.cache, self.label, self.say = (
+            plan, target, a, staging, cache, label, say)
 
     def run(self, program: UnitResult, texts: list[str], tag: str) -> Any:
         a = self.a
@@ -173,13 +174,8 @@ class _Embedder:
             worker = ["--images", str(program.program), str(self.staging / "steps.json")]
         else:
             worker = [str(program.program), *self._tokens()]
-        backend = BACKENDS[program.unit.backend]
-        env = {**os.environ, **backend.child_env()}  # e.g. QNN's host libraries
-        processes = len(embed_runs.shards(len(texts), self.jobs if backend.one_core_here else 1))
-        if processes > 1:
-            self.say(f"{self.label}: {len(texts)} {self._noun()} over {processes} processes (the {backend.name} "
-                     "program runs on one core here)")
-        return self._embed(worker, env, texts, tag, processes)
+        env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
+        return self._embed(worker, env, texts, tag)
 
     def run_eager(self, load: LoadModel, texts: list[str], tag: str) -> Any:
         """The same texts through eager fp32 PyTorch (the model as the plan loads it)."""
@@ -187,37 +183,74 @@ class _Embedder:
         return self._embed(["--eager", str(self.staging / "load.json"), str(self.plan.folder), *self._tokens()],
                            dict(os.environ), texts, tag)
 
-    def _noun(self) -> str:
-        return "images" if self.a.image_steps is not None else "chunks"
-
     def _tokens(self) -> list[str]:
         a = self.a
         tokenizer = _tokenizer(self.plan, next(t for t in self.target.assets if isinstance(t, TokenizerAssetPlan)
                                                and t.name == a.tokenizer))
         return [str(tokenizer), str(a.max_tokens), str(a.pad_to or 0)]
 
-    def _embed(self, args: list[str], env: dict[str, str], texts: list[str], tag: str, processes: int = 1) -> Any:
-        a, noun = self.a, self._noun()
+    def _embed(self, args: list[str], env: dict[str, str], texts: list[str], tag: str) -> Any:
+        import numpy as np  # only when an index is (re)built: a no-op rebuild stays light
+
+        a, staging = self.a, self.staging
+        noun = "images" if a.image_steps is not None else "chunks"
+        (staging / f"{tag}.json").write_text(json.dumps(texts))
         worker = [sys.executable, "-m", embed_worker.__name__, *args]
+        out = staging / f"{tag}.npy"
+        stdout, stderr, code = _embed([*worker, str(staging / f"{tag}.json"), str(out)], env,
+                                      lambda line: self.say(f"{self.label}: {line}"), noun)
         self.cache.log_dir.mkdir(parents=True, exist_ok=True)
-        log = self.cache.log_dir / f"index-{a.name}-{a.key[:12]}-{tag}.log"
-        try:
-            done = embed_runs.run(worker, env, texts, self.staging, tag, processes,
-                                  lambda line: self.say(f"{self.label}: {line}"), noun)
-        except embed_runs.EmbedFailed as failed:
-            log.write_text(failed.log)
-            tail = " | ".join(failed.stderr.strip().splitlines()[-3:])
-            raise BuildError(f"{self.label}: embedding the corpus failed (exit {failed.code}): {tail[:400]}") from None
-        log.write_text(done.log)
-        if done.rate:
-            self.say(f"{self.label}: {len(texts)} {noun} embedded at {done.rate}")
-        return done.vectors
+        (self.cache.log_dir / f"index-{a.name}-{a.key[:12]}-{tag}.log").write_text(stdout + stderr)
+        if code != 0:
+            tail = " | ".join(stderr.strip().splitlines()[-3:])
+            raise BuildError(f"{self.label}: embedding the corpus failed (exit {code}): {tail[:400]}")
+        rate = _rate(stdout, noun)
+        if rate:
+            self.say(f"{self.label}: {len(texts)} {noun} embedded at {rate}")
+        vectors = np.load(out)
+        out.unlink()
+        (staging / f"{tag}.json").unlink()
+        return vectors
+
+
+def _embed(cmd: list[str], env: dict[str, str], progress: Say, noun: str) -> tuple[str, str, int]:
+    """Run the embed worker, passing its progress lines on as they come: (stdout, stderr, exit code)."""
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a full stderr pipe would block the worker
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if shown := progress_line(line, noun):
+                progress(shown)
+        code = proc.wait()
+        err.seek(0)
+        return "".join(lines), err.read(), code
+
+
+def progress_line(line: str, noun: str = "chunks") -> str:
+    """`progress 40 200` from the embed worker as `40/200 chunks (20%)`; "" for any other line."""
+    words = line.split()
+    if len(words) != 3 or words[0] != "progress" or not words[1].isdigit() or not words[2].isdigit():
+        return ""
+    done, total = int(words[1]), int(words[2])
+    return f"{done}/{total} {noun} ({done * 100 // max(total, 1)}%)"
+
+
+def _rate(worker_stdout: str, noun: str = "chunks") -> str:
+    """Chunks per second from the embed worker's last line (timed after loading the program)."""
+    last = worker_stdout.strip().splitlines()[-1:] or [""]
+    words = last[0].split()
+    if len(words) != 4 or words[0] != "embedded" or float(words[3]) <= 0:
+        return ""
+    rate = int(words[1]) / float(words[3])
+    # Slow programs (an NPU's on the HTP emulator: under one chunk a second) keep two digits, not "0".
+    return f"{rate:,.0f} {noun}/s" if rate >= 10 else f"{rate:.2g} {noun}/s"
 
 
 def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitResult],
-                 references: dict[str, UnitResult], cache: Cache, say: Say, jobs: int = 1) -> list[Asset]:
-    """`references`: the host reference programs (indexes with embed_with: reference), by program key.
-    `jobs`: the processes an index may embed with at once, where its program runs on one core here."""
+                 references: dict[str, UnitResult], cache: Cache, say: Say) -> list[Asset]:
+    """`references`: the host reference programs (indexes with embed_with: reference), by program key."""
     programs = {r.unit.model: r for r in results.values() if r.unit.target == target.target}
     assets = []
     for a in target.assets:
@@ -225,7 +258,7 @@ def build_assets(plan: BuildPlan, target: TargetPlan, results: dict[str, UnitRes
             assets.append(Asset(a.name, "tokenizer", a.file, _tokenizer(plan, a)))
         else:
             reference = references[a.reference.program_key] if a.reference is not None else None
-            built = _index(plan, target, a, programs[a.model], reference, cache, say, jobs)
+            built = _index(plan, target, a, programs[a.model], reference, cache, say)
             assets.append(Asset(a.name, "vector_index", a.file, built / "index.json"))
             assets.append(Asset(f"{a.name}.vectors", "vector_index_vectors", layout.index_vectors_file(a.file),
                                 built / "vectors.f32"))

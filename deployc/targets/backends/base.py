@@ -89,9 +89,6 @@ class BackendBase:
     # Runs float operators beside int8 ones in one program, so a static scheme may leave its most sensitive
     # operators float (quantization.float_fallback; graph/sensitivity.py).
     float_fallback: bool = False
-    # Its programs run on this host on one core (QNN: the HTP emulator is single-threaded), so an index
-    # embeds its texts with one process per build job (packaging/embed_runs.py) rather than one in all.
-    one_core_here: bool = False
 
     @property
     def schemes(self) -> frozenset[str]:

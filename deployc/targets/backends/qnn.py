@@ -814,5 +814,4 @@ def _unstamp(edge: Any) -> None:
 BACKEND = Qnn(
     name="qnn", methods={"w8a8": "pt2e", "16a8w": "pt2e", "16a4w": "pt2e", "fp16": "none"},
     modules=("executorch.backends.qualcomm",), helpers=("qnn_host.py", "qnn_compat.c"),
-    partitioners=("QnnPartitioner",), static_shapes_only=True, static_decoders=True,
-    one_core_here=True)
+    partitioners=("QnnPartitioner",), static_shapes_only=True, static_decoders=True)
