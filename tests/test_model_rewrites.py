@@ -4,7 +4,8 @@ baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packe
 minimum, a strided 9 x 9 convolution widened to 11 x 11 and sigmoids written through tanh (fp16 only), a batch norm's epsilon moved into
 its variance, a lone batch norm as a multiply and an add and a
 gather of constant consecutive indices as a slice for QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
-quantized and Falcon's own linear as a plain one (deployc/graph/quantize.py)."""
+quantized, Falcon's own linear as a plain one and a linear on a rank-4 input on its rows
+(deployc/graph/quantize.py)."""
 
 from __future__ import annotations
 

@@ -61,15 +61,12 @@ class RowsLinear(torch.nn.Linear):
         return rows.reshape(*input.shape[:-1], self.out_features)
 
 
-def linears_on_rows(model: torch.nn.Module, ranks: dict[int, int]) -> int:
+def linears_on_rows(model: torch.nn.Module, ranks: dict[int, int]) -> None:
     """Make the plain Linears that `ranks` (input_ranks) saw called on a tensor of rank 4 or more RowsLinear,
-    in place; how many."""
-    count = 0
+    in place."""
     for module in model.modules():
         if type(module) is torch.nn.Linear and ranks.get(id(module), 0) > 3:
             module.__class__ = RowsLinear
-            count += 1
-    return count
 
 
 def plain_linears(model: torch.nn.Module) -> int:
