@@ -65,6 +65,44 @@ def test_the_simulation_is_what_convert_makes_and_the_fallback_meets_the_target(
     assert _worst_sqnr(model, kept, _samples(3, 6)) > 20  # and on samples it never saw
 
 
+class _TwoHeads(torch.nn.Module):
+    """A residual block with two outputs: the ranking's downstream runs must return both, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.mix, self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + torch.relu(self.mix(x)) * 3.0
+        return self.first(h), self.second(h).softmax(-1)
+
+
+@pytest.mark.parametrize("factory", [_TwoHeads, testnets.class_token, testnets.rms_norm_net])
+def test_the_ranking_s_downstream_runs_give_the_whole_model_s_figures(factory: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each observer alone on, the model's worst SQNR over the samples: recomputed downstream of the observer
+    from the float run's values, the same bits as running the whole model (and above the memory limit, the
+    whole model is run)."""
+    prepared, held_out = _prepared(factory()), _samples(2, 4)
+    assert sensitivity._recorded_bytes(prepared) > 0  # export's shapes are on the prepared graph
+    with sensitivity._switched(prepared) as switches:
+        for s in switches.values():
+            s.on = False
+        with torch.no_grad():
+            references = [sensitivity._flat(prepared(*sample)) for sample in held_out]
+        assert len(references[0]) == (2 if factory is _TwoHeads else 1)
+        whole = {}
+        for name in switches:
+            for other, s in switches.items():
+                s.on = other == name
+            whole[name] = sensitivity._worst(prepared, held_out, references)[1]
+        assert len(whole) >= 6 and min(whole.values()) < 60  # observers that cost something, to be told apart
+        assert sensitivity._solo_sqnr(prepared, switches, held_out, references) == whole
+        monkeypatch.setattr(sensitivity, "RECORD_LIMIT_BYTES", 0)
+        assert sensitivity._solo_sqnr(prepared, switches, held_out, references) == whole
+
+
 def test_nothing_goes_float_where_int8_meets_the_target_or_the_budget_is_too_small() -> None:
     model = testnets.rms_norm_net()
     generous = sensitivity.choose(_prepared(model), _samples(2, 6), sensitivity.Target(0.0, -20.0, budget=1.0))

@@ -7,7 +7,12 @@ fake-quantizes with the observer's own parameters or passes its input through, s
 the simulated int8 model with any set of operators left float, without calibrating again. The values to
 be int8 are ranked by the error each one alone brings in; the first prefix of that ranking that meets the
 target is kept. Errors spread over many layers (a conv net's convolutions) need a long prefix; the budget
-caps it."""
+caps it.
+
+The ranking runs the model once per observer and sample. With one observer on, everything upstream of it is
+the float model's own value, so each of those runs recomputes only the operators downstream of its observer,
+from the float run's values: the same operations on the same inputs, so the same bits (CvT: 274 observers x 16
+samples, 133.8 s -> 35.6 s, all 274 figures equal)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from deployc.graph.metrics import compare
 
@@ -93,8 +99,6 @@ def _switched(prepared: torch.fx.GraphModule) -> Iterator[dict[str, _Switch]]:
 
 
 def _flat(value: Any) -> list[torch.Tensor]:
-    import torch.utils._pytree as pytree
-
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
@@ -104,11 +108,82 @@ def _worst(prepared: torch.fx.GraphModule, samples: list[list[torch.Tensor]],
     cosine, sqnr = 1.0, 300.0
     with torch.no_grad():
         for sample, reference in zip(samples, references):
-            for ref, out in zip(reference, _flat(prepared(*sample))):
-                if ref.dtype.is_floating_point:
-                    m = compare(ref.numpy(), out.detach().numpy())
-                    cosine, sqnr = min(cosine, m.cosine), min(sqnr, m.sqnr_db)
+            c, s = _worst_of(reference, _flat(prepared(*sample)))
+            cosine, sqnr = min(cosine, c), min(sqnr, s)
     return cosine, sqnr
+
+
+def _worst_of(reference: list[torch.Tensor], outputs: list[torch.Tensor]) -> tuple[float, float]:
+    cosine, sqnr = 1.0, 300.0
+    for ref, out in zip(reference, outputs):
+        if ref.dtype.is_floating_point:
+            m = compare(ref.numpy(), out.detach().numpy())
+            cosine, sqnr = min(cosine, m.cosine), min(sqnr, m.sqnr_db)
+    return cosine, sqnr
+
+
+# Above this, one sample's recorded float values (every operator's output) would cost more memory than the
+# downstream-only runs save in time: the ranking runs the whole model instead (the same figures).
+RECORD_LIMIT_BYTES = 2 << 30
+
+
+def _solo_sqnr(prepared: torch.fx.GraphModule, switches: dict[str, _Switch], samples: list[list[torch.Tensor]],
+               references: list[list[torch.Tensor]]) -> dict[str, float]:
+    """Each observer's worst SQNR (dB) over the samples when it alone quantizes."""
+    worst = dict.fromkeys(switches, 300.0)
+    if _recorded_bytes(prepared) > RECORD_LIMIT_BYTES:
+        for name in switches:
+            for other, s in switches.items():
+                s.on = other == name
+            worst[name] = _worst(prepared, samples, references)[1]
+        return worst
+    downstream = {name: _downstream(prepared, name) for name in switches}
+    for sample, reference in zip(samples, references):
+        for s in switches.values():
+            s.on = False
+        recorder = torch.fx.Interpreter(prepared, garbage_collect_values=False)
+        with torch.no_grad():
+            recorder.run(*sample)
+        for name, (module, upstream) in downstream.items():
+            for other, s in switches.items():
+                s.on = other == name
+            with torch.no_grad():
+                outputs = _flat(module(*[recorder.env[n] for n in upstream]))
+            worst[name] = min(worst[name], _worst_of(reference, outputs)[1])
+    return worst
+
+
+def _downstream(prepared: torch.fx.GraphModule, name: str) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
+    """The operators that read the named observer's output, directly or not, as a module of their own: it
+    takes the upstream values they read (listed) and returns the model's outputs."""
+    nodes = list(prepared.graph.nodes)
+    start = next(i for i, n in enumerate(nodes) if n.op == "call_module" and str(n.target) == name)
+    cone = [nodes[start]]
+    inside = set(cone)
+    for node in nodes[start + 1:]:
+        if node.op != "output" and any(a in inside for a in node.all_input_nodes):
+            cone.append(node)
+            inside.add(node)
+    returned = pytree.tree_leaves(nodes[-1].args[0])
+    read = [a for n in cone for a in n.all_input_nodes] + [a for a in returned if isinstance(a, torch.fx.Node)]
+    upstream = list(dict.fromkeys(a for a in read if a not in inside))
+    graph = torch.fx.Graph()
+    copied = {n: graph.placeholder(f"upstream_{i}") for i, n in enumerate(upstream)}
+    for node in cone:
+        copied[node] = graph.node_copy(node, lambda a: copied[a])
+    graph.output([copied[a] if isinstance(a, torch.fx.Node) else a for a in returned])
+    return torch.fx.GraphModule(prepared, graph), upstream
+
+
+def _recorded_bytes(prepared: torch.fx.GraphModule) -> int:
+    """About what one sample's float values take: every operator's output (export's shapes), and as much
+    again for the observers between them."""
+    total = 0
+    for node in prepared.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "call_function" and isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+    return 2 * total
 
 
 def _inputs_observed(prepared: torch.fx.GraphModule, switches: dict[str, _Switch]) -> dict[str, list[str]]:
@@ -215,7 +290,8 @@ def choose(prepared: torch.fx.GraphModule, samples: list[list[torch.Tensor]], ta
 
         if meets(base_cos, base, MARGIN_DB):
             return choice
-        ranked = [name for _, _, name in sorted((measured({name})[1], i, name) for i, name in enumerate(switches))]
+        solo = _solo_sqnr(prepared, switches, samples, references)
+        ranked = [name for _, _, name in sorted((solo[name], i, name) for i, name in enumerate(switches))]
         limit = int(target.budget * len(operators))
         passing: tuple[list[str], set[str], float] | None = None
         for k in _lengths(len(ranked)):
