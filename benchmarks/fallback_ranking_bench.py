@@ -68,11 +68,7 @@ def main() -> None:
                 with torch.no_grad():
                     references = [sensitivity._flat(prepared(*sample)) for sample in samples]
                 start = time.perf_counter()
-                whole = {}
-                for name in switches:
-                    for other, s in switches.items():
-                        s.on = other == name
-                    whole[name] = sensitivity._worst(prepared, samples, references)[1]
+                whole = sensitivity._solo_sqnr_whole(prepared, switches, samples, references)
                 whole_s = time.perf_counter() - start
                 start = time.perf_counter()
                 downstream = sensitivity._solo_sqnr(prepared, switches, samples, references)

@@ -92,11 +92,7 @@ def test_the_ranking_s_downstream_runs_give_the_whole_model_s_figures(factory: A
         with torch.no_grad():
             references = [sensitivity._flat(prepared(*sample)) for sample in held_out]
         assert len(references[0]) == (2 if factory is _TwoHeads else 1)
-        whole = {}
-        for name in switches:
-            for other, s in switches.items():
-                s.on = other == name
-            whole[name] = sensitivity._worst(prepared, held_out, references)[1]
+        whole = sensitivity._solo_sqnr_whole(prepared, switches, held_out, references)
         assert len(whole) >= 6 and min(whole.values()) < 60  # observers that cost something, to be told apart
         assert sensitivity._solo_sqnr(prepared, switches, held_out, references) == whole
         monkeypatch.setattr(sensitivity, "RECORD_LIMIT_BYTES", 0)

@@ -130,13 +130,9 @@ RECORD_LIMIT_BYTES = 2 << 30
 def _solo_sqnr(prepared: torch.fx.GraphModule, switches: dict[str, _Switch], samples: list[list[torch.Tensor]],
                references: list[list[torch.Tensor]]) -> dict[str, float]:
     """Each observer's worst SQNR (dB) over the samples when it alone quantizes."""
-    worst = dict.fromkeys(switches, 300.0)
     if _recorded_bytes(prepared) > RECORD_LIMIT_BYTES:
-        for name in switches:
-            for other, s in switches.items():
-                s.on = other == name
-            worst[name] = _worst(prepared, samples, references)[1]
-        return worst
+        return _solo_sqnr_whole(prepared, switches, samples, references)
+    worst = dict.fromkeys(switches, 300.0)
     downstream = {name: _downstream(prepared, name) for name in switches}
     for sample, reference in zip(samples, references):
         for s in switches.values():
@@ -150,6 +146,17 @@ def _solo_sqnr(prepared: torch.fx.GraphModule, switches: dict[str, _Switch], sam
             with torch.no_grad():
                 outputs = _flat(module(*[recorder.env[n] for n in upstream]))
             worst[name] = min(worst[name], _worst_of(reference, outputs)[1])
+    return worst
+
+
+def _solo_sqnr_whole(prepared: torch.fx.GraphModule, switches: dict[str, _Switch],
+                     samples: list[list[torch.Tensor]], references: list[list[torch.Tensor]]) -> dict[str, float]:
+    """The same figures, the whole model run once per observer and sample."""
+    worst = {}
+    for name in switches:
+        for other, s in switches.items():
+            s.on = other == name
+        worst[name] = _worst(prepared, samples, references)[1]
     return worst
 
 
