@@ -56,7 +56,8 @@ def _code(entries: tuple[str, ...]) -> str:
 
 def code_hashes() -> dict[str, str]:
     out = {"compile": _code(COMPILE_CODE), "package": _code(PACKAGE_CODE)}
-    out.update({name: _files_sha256([path.resolve()]) for name, path in BACKEND_FILES.items()})
+    out.update({name: _files_sha256([path.resolve(), *(path.resolve().parent / h for h in BACKENDS[name].helpers)])
+                for name, path in BACKEND_FILES.items()})
     return out
 
 

@@ -32,7 +32,7 @@ class Backend(Protocol):
     arm64_checked: bool  # its programs run on an arm64 device's CPU: checked on ExecuTorch's arm64 runtime too
     host_reference: str  # what runs its lowered graphs on the host when the runtime cannot ("": none)
     modules: tuple[str, ...]  # Python modules its ahead-of-time path imports
-    helpers: tuple[str, ...]  # files beside its module that belong to it
+    helpers: tuple[str, ...]  # files beside its module that belong to it (hashed with it into program keys)
 
     @property
     def schemes(self) -> frozenset[str]: ...

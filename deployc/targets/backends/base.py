@@ -67,7 +67,7 @@ class BackendBase:
     name: str
     methods: Mapping[str, Method]  # scheme -> how the build applies it
     modules: tuple[str, ...] = ()  # Python modules the ahead-of-time path imports
-    helpers: tuple[str, ...] = ()  # files beside its module that belong to it (QNN: finding its host libraries)
+    helpers: tuple[str, ...] = ()  # files beside its module that belong to it (hashed with it into program keys)
     partitioners: tuple[str, ...] = ()  # names of what `partitioner_objects` builds, for plans and reports
     static_shapes_only: bool = False
     static_shapes_reason: str = ""  # why, when it is the converter's limit rather than the hardware's
