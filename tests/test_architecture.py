@@ -14,13 +14,17 @@ from deployc.targets.backends import BACKEND_FILES, BACKENDS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "deployc"
 
-# In the order data flows. A module may import modules of its own stage or of earlier ones.
+# In the order data flows: each stage package, and resolve inside plan's. A module may import modules of its
+# own stage or of earlier ones, at the top, inside a function or under TYPE_CHECKING alike.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("deployc", "deployc.core")),
-    ("load", ("deployc.load", "deployc.pipeline", "deployc.targets")),
+    ("targets", ("deployc.targets",)),
+    ("pipeline", ("deployc.pipeline",)),
+    ("load", ("deployc.load",)),
     ("resolve", ("deployc.plan.resolve",)),
     ("plan", ("deployc.plan",)),
-    ("build", ("deployc.build", "deployc.graph")),
+    ("graph", ("deployc.graph",)),
+    ("build", ("deployc.build",)),
     ("package", ("deployc.packaging",)),
     ("apply", ("deployc.apply",)),
     ("run", ("deployc.runtime",)),
@@ -43,23 +47,22 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every deployc module `path` imports, at the top or inside functions (TYPE_CHECKING excepted), and
-    every one it starts as a process (`python -m MODULE`: spawning a module is depending on it)."""
+def _imports(path: Path, spawned: bool = True) -> set[str]:
+    """Every deployc module `path` imports, at the top, inside functions or under TYPE_CHECKING, and (spawned)
+    every one it starts as a process (`python -m MODULE`: spawning a module is depending on it). `from PACKAGE
+    import MODULE` depends on MODULE; `from MODULE import NAME` on MODULE."""
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-                   for child in node.body for n in ast.walk(child)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "deployc")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "deployc":
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)  # a module imported from its package
-    found.update(_spawned(tree, path))
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & {m for m in _ALL if _is_module(m)}
+            found.update(submodules or {node.module})
+            if len(submodules) < len(node.names):
+                found.add(node.module)  # names defined by the module itself
+    if spawned:
+        found.update(_spawned(tree, path))
     return {m for m in found if _is_module(m)}
 
 
@@ -96,6 +99,7 @@ def _spawned(tree: ast.AST, path: Path) -> set[str]:
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+_ALL = {_module_name(p) for p in MODULES}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -105,6 +109,90 @@ def test_imports_point_down_the_stages(path: Path) -> None:
     upward = sorted(m for m in _imports(path) if _stage(m) > mine)
     assert not upward, f"{me} ({STAGES[mine][0]}) imports later stages: " + ", ".join(
         f"{m} ({STAGES[_stage(m)][0]})" for m in upward)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports. A process it starts shares no module with it, so spawning is left
+    out here (`--check-reproducible` runs the CLI again) while the stage order above counts it."""
+    return {_module_name(p): _imports(p, spawned=False) - {_module_name(p)} for p in MODULES}
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_another_that_imports_it_back() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_two_stage_packages_import_each_other() -> None:
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[str, set[str]] = {}
+    for module, imported in _graph().items():
+        edges.setdefault(package(module), set()).update(package(m) for m in imported if package(m) != package(module))
+    assert _cycles(edges) == []
+
+
+def _stage_table() -> dict[str, str]:
+    """docs/architecture.md's stage table: stage name -> its row."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| stage")]
+    return {row.split("|")[1].strip(): row for row in rows if row.split("|")[1].strip() in dict(STAGES)}
+
+
+def test_the_architecture_doc_lists_every_module_in_its_stage() -> None:
+    """Each module is named in its stage's row (`name`, or `sub/name` inside a subpackage), so the table a
+    contributor reads is the package as it is."""
+    table = _stage_table()
+    assert set(table) == set(dict(STAGES)), f"stages missing from the table: {set(dict(STAGES)) - set(table)}"
+    missing = []
+    for path in MODULES:
+        module = _module_name(path)
+        if path.name == "__init__.py" and module in {p for _, ps in STAGES for p in ps}:
+            continue  # a stage package itself
+        stage = STAGES[_stage(module)][0]
+        prefix = max((p for p in dict(STAGES)[stage] if module == p or module.startswith(p + ".")), key=len)
+        name = module[len(prefix) + 1:].replace(".", "/") if module != prefix else module.split(".")[-1]
+        if f"`{name}`" not in table[stage]:
+            missing.append(f"{module} (as `{name}` in the {stage} row)")
+    assert missing == []
+
+
+@pytest.mark.parametrize("stage", [p for _, ps in STAGES for p in ps if p.count(".") == 1 and "__" not in p])
+def test_each_stage_package_says_what_it_takes_and_gives(stage: str) -> None:
+    init = PACKAGE.parent / Path(*stage.split(".")) / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    assert "takes" in doc.lower() and "gives" in doc.lower() and len(doc.splitlines()) <= 3, f"{init}: {doc!r}"
 
 
 def test_validate_and_plan_load_nothing_of_the_torch_side(tmp_path: Path) -> None:

@@ -171,9 +171,9 @@ def test_a_calibrated_program_is_the_same_bytes_whatever_torch_s_thread_count(tm
     import torch
     from fixtures import testnets
 
+    from deployc.build import program_job
     from deployc.build.results import WorkerJob
     from deployc.core.self_test_vectors import SELF_TEST_FILE
-    from deployc.graph import worker
     from deployc.load.project import load_project
     from deployc.plan.planner import make_plan
     from deployc.plan.toolchain import detect
@@ -194,7 +194,7 @@ def test_a_calibrated_program_is_the_same_bytes_whatever_torch_s_thread_count(tm
         for threads in (2, 1):
             torch.set_num_threads(threads)
             cache = tmp_path / f"cache-{threads}"
-            result = worker.build_program(WorkerJob(unit=unit, cache=str(cache), folder=str(manifest.parent),
+            result = program_job.build_program(WorkerJob(unit=unit, cache=str(cache), folder=str(manifest.parent),
                                                     log_dir=None))
             assert result.status == "built", result.error
             assert torch.get_num_threads() == threads

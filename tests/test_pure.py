@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from deployc.build.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
 from deployc.build.programs import compare_outputs
+from deployc.core.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
 from deployc.graph.metrics import EXACT_SQNR_DB, compare, judge, summarize
 from deployc.packaging.corpus import chunk_text
 from deployc.pipeline.host.generation import choose, generate

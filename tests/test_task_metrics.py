@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import Built, build_project, run_subprocess
 
-from deployc.build.facts import TaskMetrics
+from deployc.core.facts import TaskMetrics
 from deployc.graph.metrics import judge_task, task_metrics
 
 MANIFEST = """\

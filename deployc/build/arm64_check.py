@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from deployc.build.cache import Cache
-from deployc.build.facts import PROGRAM_DATA_FILE, Summary, TextMetrics
 from deployc.build.results import Arm64Check, Failure, UnitResult
 from deployc.core.digests import key_of
 from deployc.core.events import Say
+from deployc.core.facts import PROGRAM_DATA_FILE, Summary, TextMetrics
 from deployc.core.self_test_vectors import SELF_TEST_FILE
 from deployc.graph.metrics import judge, judge_text
 

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 from deployc.build.cache import Cache, Entry
-from deployc.build.facts import ETRECORD_FILE, PROGRAM_FILE, program_file
 from deployc.build.results import BuildReport, EtrecordResult, UnitResult
 from deployc.core.atomic import write_atomic
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.events import Say
+from deployc.core.facts import ETRECORD_FILE, PROGRAM_FILE, program_file
 from deployc.graph import etrecord_worker
 from deployc.plan.build_plan import BuildPlan
 from deployc.targets.backends import BACKENDS

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from deployc.build.cache import Cache, Entry
 from deployc.build.executors import Executor
-from deployc.build.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
 from deployc.build.results import (
     CandidateResult,
     Failure,
@@ -24,6 +23,7 @@ from deployc.build.results import (
     WorkerResult,
 )
 from deployc.core.events import Event, EventSink, Say
+from deployc.core.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
 from deployc.core.sizes import format_size
 from deployc.graph.metrics import judge, judge_task, judge_text
 from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan

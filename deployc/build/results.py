@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, ProgramFacts, Summary, TaskMetrics, TextMetrics, TokenParity
 from deployc.core.errors import Location
+from deployc.core.facts import PointMetrics, ProgramFacts, Summary, TaskMetrics, TextMetrics, TokenParity
 from deployc.core.records import Frozen
 from deployc.plan.build_plan import UnitPlan
 from deployc.plan.releases import ReleaseStatus

@@ -13,11 +13,11 @@ from deployc.cli.console import Console
 from deployc.core.sizes import format_size
 
 if TYPE_CHECKING:
-    from deployc.build.facts import TaskMetrics
     from deployc.build.results import Arm64Check, BuildReport
+    from deployc.core.facts import TaskMetrics
+    from deployc.core.program_profile import ProgramProfile
     from deployc.plan.build_plan import BuildPlan, UnitPlan
     from deployc.plan.releases import ReleaseStatus
-    from deployc.runtime.profiler import ProgramProfile
     from deployc.targets.profile import LoadedProfile, Origin
 
 
@@ -358,7 +358,7 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
     for problem in info["problems"]:
         console.result(f"  {problem}")
     if "self_test" in info:
-        from deployc.build.facts import TaskMetrics
+        from deployc.core.facts import TaskMetrics
 
         table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text / task samples",
                       "tolerance", "why")

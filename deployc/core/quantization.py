@@ -3,8 +3,11 @@ docs read. Pure data; no torch. Each backend module says which schemes it builds
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
 
 from deployc.core.records import Frozen
 
@@ -67,3 +70,84 @@ class Recipe(Frozen):
     calibration_dataset: str | None = None  # relative to the manifest
     calibration_dataset_sha256: str | None = None
     float_fallback: float | None = None  # the share of quantized operators the build may leave float; None: none
+
+
+# The manifest's `quantization:` field (a model's, or an override's): read by the schema, the planner
+# and every backend.
+def _scheme_shorthand(v: Any) -> Any:
+    if v == "auto":
+        return {"choose": "auto"}
+    return {"scheme": v} if isinstance(v, str) else v
+
+
+class Calibration(Frozen):
+    samples: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=DEFAULT_CALIBRATION_SAMPLES, description="random samples within the inputs' ranges")
+    seed: int = 0
+    dataset: str | None = Field(default=None, description="instead of random samples: a torch.save'd list of "
+                                                          "samples (each a list of tensors in input order), "
+                                                          "relative to the manifest")
+
+
+Objective = Literal["size", "latency"]
+
+
+class QuantSpec(Frozen):
+    """One scheme (`scheme`), or several for the build to choose from by measurement (`choose`)."""
+
+    scheme: SchemeName | None = Field(default=None, description="the scheme (one of the named schemes)")
+    choose: list[SchemeName] | Literal["auto"] | None = Field(
+        default=None, min_length=1, description="instead of `scheme`: the candidates the build verifies, cheapest "
+                                                "first by `by`, keeping the first that meets every tolerance; "
+                                                "auto: every scheme the unit accepts (`quantization: auto` for short)")
+    by: Objective = Field(default="size", description="with `choose`: size (smallest weights first, stop at the "
+                                                      "first that passes) or latency (verify every candidate, keep "
+                                                      "the fastest that passes, measured on this host)")
+    group_size: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="weights per quantization group (4w, 8da4w, 16a4w); default 32")
+    calibration: Calibration | None = Field(
+        default=None, description="calibration inputs for static schemes (w8a8, 16a8w, 16a4w)")
+    embeddings: bool = Field(
+        default=True, description="quantize embedding tables too, where the backend has quantized embedding "
+                                  "kernels (XNNPACK 8da8w: int8 per row; 8da4w: int4 in groups); false keeps "
+                                  "them float")
+    float_fallback: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        default=DEFAULT_FLOAT_FALLBACK,
+        description="static schemes on a unit that runs float operators beside int8 ones (XNNPACK w8a8): when the "
+                    "calibrated model misses the verification tolerance, the largest share of its quantized "
+                    "operators the build may leave float, the most sensitive first (docs/manifest.md, "
+                    "float_fallback); 0 keeps every operator int8")
+
+
+    @model_validator(mode="after")
+    def _one_of(self) -> QuantSpec:
+        if (self.scheme is None) == (self.choose is None):
+            raise ValueError("give either `scheme` (one scheme) or `choose` (candidates: a list of schemes, or auto)")
+        if isinstance(self.choose, list) and len(set(self.choose)) != len(self.choose):
+            raise ValueError("`choose` names a scheme twice")
+        if self.scheme is not None and "by" in self.model_fields_set:
+            raise ValueError("`by` applies to `choose`, not to a single `scheme`")
+        return self
+
+    @property
+    def fixed(self) -> SchemeName:
+        """The scheme of a resolved (single-scheme) spec: the planner expands `choose` before this is read."""
+        if self.scheme is None:
+            raise ValueError("a choice of schemes has no single scheme")
+        return self.scheme
+
+    def candidates(self, accepted: Sequence[SchemeName]) -> list[SchemeName]:
+        """The schemes to try on a unit accepting `accepted`, in the manifest's (or, auto, the unit's) order."""
+        if self.scheme is not None:
+            return [self.scheme]
+        return list(accepted) if self.choose == "auto" else list(self.choose or [])
+
+    def as_scheme(self, scheme: SchemeName) -> QuantSpec:
+        """This choice's options applied to one candidate (options a scheme does not take are dropped)."""
+        s = SCHEMES[scheme]
+        return QuantSpec(scheme=scheme, group_size=self.group_size if s.grouped else None,
+                         calibration=self.calibration if s.calibrated else None, embeddings=self.embeddings,
+                         float_fallback=self.float_fallback)
+
+
+Quantization = Annotated[QuantSpec, BeforeValidator(_scheme_shorthand)]

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from deployc.core.dims import DimPlan
 from deployc.core.errors import BuildError
-from deployc.plan.build_plan import DimPlan
 
 # A multiple_of dim is exported as multiple_of * a dim of this name.
 BLOCKS = "_blocks"

@@ -6,10 +6,11 @@ from typing import Any
 
 import torch
 
+from deployc.core.dims import DimPlan
 from deployc.core.errors import BuildError
 from deployc.graph import fourier, unfold
 from deployc.graph.dims import BLOCKS, explain_rejected_dims
-from deployc.plan.build_plan import DimPlan, InputPlan
+from deployc.plan.build_plan import InputPlan
 
 _HINTS = (
     ("data-dependent", "the model branches on tensor values; make the branch static or use torch.cond"),

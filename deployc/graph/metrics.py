@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deployc.build.facts import Metrics, PointMetrics, Summary, TaskMetrics, TextMetrics
+from deployc.core.facts import Metrics, PointMetrics, Summary, TaskMetrics, TextMetrics
 
 EXACT_SQNR_DB = 300.0  # reported for bit-exact outputs (JSON has no infinity)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from deployc.build.facts import FloatFallback
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
+from deployc.core.facts import FloatFallback
 from deployc.core.quantization import Recipe
 from deployc.graph import batch_norm, constants, sensitivity
 from deployc.graph.inputs import export_point, make_inputs

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployc.build.facts import (
+from deployc.core.facts import (
     Measurement,
     PointMetrics,
     SizeRange,

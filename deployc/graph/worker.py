@@ -1,16 +1,15 @@
-"""Build one program of a plan, end to end, into the cache. Runs inside a worker process.
+"""Build one program of a plan, end to end, into a folder. Runs inside a worker process.
 
 load -> example inputs + eager references -> quantize/export -> lower -> serialize -> verify (in a
-child process) -> facts. A program that builds is cached with its facts, including a verification
-that missed its tolerance (rebuilding would give the same bytes); a step that raises is reported as
-failed and nothing is cached. Library output (torchao, torch, the runtime's C++ logging) goes to the
-unit's log file, not the user's terminal.
+child process) -> facts. A verification that missed its tolerance is a fact, not a failure (rebuilding
+would give the same bytes); a step that raises fails the program. Library output (torchao, torch, the
+runtime's C++ logging) goes to the unit's log file, not the user's terminal. build/program_job.py puts
+what this makes into the cache.
 """
 
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 import tempfile
 import time
@@ -18,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from deployc.build.cache import open_cache
-from deployc.build.facts import (
+from deployc.core import self_test_vectors
+from deployc.core.errors import BuildError
+from deployc.core.events import Event, EventSink
+from deployc.core.facts import (
     ETRECORD_FILE,
     FACTS_FILE,
     PROGRAM_DATA_FILE,
@@ -28,10 +29,6 @@ from deployc.build.facts import (
     Signature,
     TensorFacts,
 )
-from deployc.build.results import WorkerJob, WorkerResult
-from deployc.core import self_test_vectors
-from deployc.core.errors import BuildError
-from deployc.core.events import Event, EventSink
 from deployc.core.faults import fault_point
 from deployc.core.library_output import captured
 from deployc.plan.build_plan import NOT_JUDGED_SQNR, Export, UnitPlan
@@ -75,40 +72,13 @@ def emit(event: Event) -> None:
         _sink(event)
 
 
-def build_program(job: WorkerJob) -> WorkerResult:
-    """Worker entry point: build `job.unit`'s program into the cache unless it is there already."""
-    unit = job.unit
-    cache = open_cache(job.cache)
-    key = unit.program_key
-    with cache.lock(key):
-        entry, warning = cache.get(key)  # re-check: another process may have built it meanwhile
-        if entry is not None:
-            return WorkerResult(key=key, status="cached", warning=warning)
-        staging = cache.tmp_dir()
-        step = "load"
-
-        def at(s: str) -> None:
-            nonlocal step
-            step = s
-            emit(Event(label=unit.label, kind="step", step=s))
-
-        log_file = Path(job.log_dir) / f"{unit.slug}.log" if job.log_dir else None
-        log = str(log_file) if log_file else None
-        try:
-            with captured(log_file, f"{unit.label} program {key[:12]}") as log_stream:
-                facts = _build(unit, Path(job.folder), staging, at, log_stream)
-            (staging / FACTS_FILE).write_text(facts.model_dump_json(indent=2))
-            fault_point("cache-write")
-            cache.put(key, staging, unit.slug)
-        except BuildError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            return WorkerResult(key=key, status="failed", step=step, error=str(exc), dim=getattr(exc, "dim", None),
-                                warning=warning, log=log)
-        except Exception as exc:  # model code can raise anything; it is the unit's failure, not ours
-            shutil.rmtree(staging, ignore_errors=True)
-            return WorkerResult(key=key, status="failed", step=step, error=f"{type(exc).__name__}: {str(exc)[:500]}",
-                                warning=warning, log=log)
-    return WorkerResult(key=key, status="built", warning=warning)
+def build_into(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
+               log_file: Path | None) -> None:
+    """Build `unit`'s program and its facts into `staging`. Library output goes to `log_file` (None: left
+    where it is); a step that fails raises, its name given to `at` before it began."""
+    with captured(log_file, f"{unit.label} program {unit.program_key[:12]}") as log_stream:
+        facts = _build(unit, folder, staging, at, log_stream)
+    (staging / FACTS_FILE).write_text(facts.model_dump_json(indent=2))
 
 
 def record(unit: UnitPlan, folder: Path, staging: Path) -> None:
@@ -171,7 +141,7 @@ def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str]
     """etrecord: also write the program's ETRecord there (deployc build --etrecord)."""
     import torch
 
-    from deployc.build.facts import Measurement
+    from deployc.core.facts import Measurement
     from deployc.core.pte import method_facts
     from deployc.graph.export import MethodModule, export_model
     from deployc.graph.inputs import export_point, make_inputs
@@ -395,7 +365,7 @@ def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: lis
     cached decoder's `forward` calls, like any decoder program."""
     import torch
 
-    from deployc.build.facts import Measurement
+    from deployc.core.facts import Measurement
     from deployc.core.pte import method_facts
     from deployc.graph.lower import lower_program
     from deployc.graph.quantize import pt2e_quantize
@@ -480,7 +450,7 @@ def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list
                     task: TaskChecks | None) -> ProgramFacts:
     """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
     verifier runs through the LiteRT interpreter against the same references."""
-    from deployc.build.facts import Measurement, program_file
+    from deployc.core.facts import Measurement, program_file
     from deployc.core.pte import MethodFacts
     from deployc.core.tflite import operators
     from deployc.graph.verify import verify

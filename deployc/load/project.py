@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deployc.core.diagnostics import closest
 from deployc.core.errors import Diagnostic, UserError
 from deployc.core.yaml_io import Document, load_file, load_text
 from deployc.load import hf_directory
-from deployc.load.diagnostics import closest
 from deployc.load.manifest import (
     DimSpec,
     InputSpec,

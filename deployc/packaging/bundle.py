@@ -17,12 +17,12 @@ from typing import Any
 from filelock import FileLock
 
 import deployc
-from deployc.build.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
 from deployc.build.results import BundleResult, CandidateResult, UnitResult, Verification
 from deployc.core import layout
 from deployc.core.atomic import temp_glob, write_atomic
 from deployc.core.digests import file_sha256
 from deployc.core.errors import Diagnostic, ManifestError
+from deployc.core.facts import PROGRAM_DATA_FILE, SizeRange, TensorFacts
 from deployc.core.faults import fault_point
 from deployc.core.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.core.self_test_vectors import SELF_TEST_FILE

@@ -12,7 +12,7 @@ from deployc.packaging.html_report import ProgramRow, TargetSection
 
 if TYPE_CHECKING:
     from deployc.build.results import BuildReport, UnitResult
-    from deployc.runtime.profiler import ProgramProfile
+    from deployc.core.program_profile import ProgramProfile
 
 
 def _verification_words(v: dict[str, Any]) -> str:

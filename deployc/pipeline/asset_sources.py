@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from deployc.pipeline.schema import IndexAsset, IndexQueries, TokenizerAsset
+from deployc.pipeline.declarations import IndexAsset, IndexQueries, TokenizerAsset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

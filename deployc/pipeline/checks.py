@@ -4,12 +4,13 @@ in the manifest. Pure Python."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deployc.core.diagnostics import closest
 from deployc.core.errors import Diagnostic
 from deployc.core.yaml_io import Document
-from deployc.load.diagnostics import closest
 from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.graph import references, stage_outputs
 from deployc.pipeline.ops import op_of
@@ -17,13 +18,13 @@ from deployc.pipeline.ops.tokenize import TokenizeStage
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class _Checker:
     """The `Checks` an op's check is given (ops/base.py), and the pipeline-wide checks."""
 
-    def __init__(self, m: Manifest, doc: Document, folder: Path) -> None:
+    def __init__(self, m: ManifestView, doc: Document, folder: Path) -> None:
         assert m.pipeline is not None
         self.manifest, self.pipeline, self.doc, self.folder = m, m.pipeline, doc, folder
         self.out: list[Diagnostic] = []
@@ -77,10 +78,10 @@ class _Checker:
                                            for g, w in zip(got.shape, want.shape)):
             self.error(stage, field, f"shape mismatch: gets {got}, expects {want}")
 
-    def known(self, stage: Any, field: str, kind: str, name: str, table: dict[str, Any]) -> bool:
+    def known(self, stage: Any, field: str, kind: str, name: str, table: Mapping[str, Any]) -> bool:
         return self._known(kind, name, table, self.stage_path(stage.name, field), self.where(stage.name, field))
 
-    def _known(self, kind: str, name: str, table: dict[str, Any], path: tuple[str | int, ...], field: str) -> bool:
+    def _known(self, kind: str, name: str, table: Mapping[str, Any], path: tuple[str | int, ...], field: str) -> bool:
         if name in table:
             return True
         self.err(path, f"{field}: no {kind} named '{name}'", closest(name, table) or
@@ -88,22 +89,25 @@ class _Checker:
                   if kind != "model" else None))
         return False
 
-    def token_lengths(self, stage: Any, field: str, ref: str, model: str, shape: list[Any], port: str) -> None:
+    def token_lengths(self, stage: Any, field: str, ref: str, model: str, shape: Sequence[int | str],
+                      port: str) -> None:
         spec = self.manifest.models[model]
         source = self.stages.get(ref.split(".")[0])
         if not isinstance(source, TokenizeStage):
             return
         for d in shape:
-            stepped = isinstance(d, str) and d in spec.dims and spec.dims[d].multiple_of
-            if stepped and len(set(spec.dims[d].bounds())) > 1:
+            dim = spec.dims.get(d) if isinstance(d, str) else None
+            if dim is None:
+                continue
+            if dim.multiple_of and len(set(dim.bounds())) > 1:
                 self.error(stage, field, f"stage '{source.name}' produces any number of tokens, but model '{model}' "
-                           f"input '{port}' takes {d} in multiples of {spec.dims[d].multiple_of}; a tokenize stage "
+                           f"input '{port}' takes {d} in multiples of {dim.multiple_of}; a tokenize stage "
                            "cannot feed it yet",
                            f"make {d} static instead ({d}: {{min: N, max: N}}, N a multiple): the tokenize stage "
                            "then pads to N")
-            elif isinstance(d, str) and d in spec.dims and spec.dims[d].max < source.max_length:
+            elif dim.max < source.max_length:
                 self.error(stage, field, f"stage '{source.name}' produces up to {source.max_length} tokens, but "
-                           f"model '{model}' input '{port}' allows {d} <= {spec.dims[d].max}")
+                           f"model '{model}' input '{port}' allows {d} <= {dim.max}")
 
     # ---- the whole pipeline ------------------------------------------------------------------------
     def check(self) -> list[Diagnostic]:
@@ -200,5 +204,5 @@ class _Checker:
                 visit(s.name, [])
 
 
-def check_pipeline(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]:
+def check_pipeline(m: ManifestView, doc: Document, folder: Path) -> list[Diagnostic]:
     return _Checker(m, doc, folder).check() if m.pipeline is not None else []

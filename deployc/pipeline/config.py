@@ -13,7 +13,7 @@ from deployc.pipeline.ops import op_of
 from deployc.pipeline.ops.base import ConfigContext
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class StageConfig(Frozen):
@@ -33,7 +33,7 @@ class PipelineConfig(Frozen):
     stages: list[StageConfig]
 
 
-def pipeline_config(m: Manifest, folder: Path, static_lengths: dict[str, int] | None = None,
+def pipeline_config(m: ManifestView, folder: Path, static_lengths: dict[str, int] | None = None,
                     contexts: dict[str, int] | None = None) -> PipelineConfig | None:
     """`folder`: the manifest's (preprocessor configs are read from it); `static_lengths`: model -> the
     token count its program on this target takes exactly; `contexts`: decoder -> the positions its

@@ -10,11 +10,10 @@ from deployc.pipeline.ops import op_of
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
-    from deployc.pipeline.schema import Pipeline
+    from deployc.pipeline.manifest_view import ManifestView, PipelineView
 
 
-def stage_outputs(stage: Any, manifest: Manifest, folder: Path | None = None) -> dict[str, Port]:
+def stage_outputs(stage: Any, manifest: ManifestView, folder: Path | None = None) -> dict[str, Port]:
     """The stage's output ports. `folder` (the manifest's) lets an image or audio stage read its
     preprocessor config for static sizes; without it they stay symbolic."""
     return op_of(stage).outputs(stage, manifest, folder)
@@ -25,7 +24,7 @@ def references(stage: Any) -> dict[str, str]:
     return op_of(stage).references(stage)
 
 
-def order(pipeline: Pipeline) -> list[Any]:
+def order(pipeline: PipelineView) -> list[Any]:
     """Stages in an order where every stage comes after the stages it reads (assumes no cycle)."""
     by_name = {s.name: s for s in pipeline.stages}
     done: list[Any] = []

@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field, ValidationError
 
 from deployc.core.atomic import write_atomic
+from deployc.core.dims import DimPlan
 from deployc.core.errors import Location, UserError
 from deployc.core.quantization import Recipe
 from deployc.core.records import Frozen
 from deployc.pipeline.config import PipelineConfig
-from deployc.pipeline.schema import IndexAgreement, TokenizerAsset
+from deployc.pipeline.declarations import IndexAgreement, TokenizerAsset
 from deployc.plan.toolchain import Toolchain
 
 PLAN_SCHEMA_VERSION = 3
@@ -46,18 +47,6 @@ class OutputPlan(Frozen):
     name: str
     shape: list[int | str]
     dtype: str
-
-
-class DimPlan(Frozen):
-    name: str
-    min: int  # the smallest size the dim takes (a multiple of multiple_of)
-    max: int
-    multiple_of: int = 1
-
-    def middle(self) -> int:
-        """The size halfway between min and max, rounded down to a size the dim takes."""
-        k = self.multiple_of
-        return self.min + (self.max - self.min) // 2 // k * k
 
 
 class Declared(Frozen):

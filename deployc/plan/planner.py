@@ -16,9 +16,9 @@ from deployc.core import layout
 from deployc.core.digests import key_of
 from deployc.core.errors import Diagnostic, PlanError
 from deployc.core.file_hashes import FileHashes
-from deployc.core.quantization import SCHEMES, Recipe
+from deployc.core.quantization import SCHEMES, QuantSpec, Recipe
 from deployc.load import hf_directory
-from deployc.load.manifest import GENERATION_TOKENS, MIN_VERIFY_INPUTS, ModelSpec, QuantSpec
+from deployc.load.manifest import GENERATION_TOKENS, MIN_VERIFY_INPUTS, ModelSpec
 from deployc.load.model_sources import (
     imported_packages,
     imported_versions,

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from deployc.core.errors import Location
-from deployc.core.quantization import SCHEMES, SchemeName
-from deployc.load.manifest import DimSpec, ModelSpec, NpuDecoding, QuantSpec, VerifySpec
+from deployc.core.quantization import SCHEMES, QuantSpec, SchemeName
+from deployc.load.manifest import DimSpec, ModelSpec, NpuDecoding, VerifySpec
 from deployc.load.project import Project
 from deployc.targets.profile import LoadedProfile
 

@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from deployc.build.facts import PointMetrics, Summary, TaskMetrics, TextMetrics
 from deployc.core import self_test_vectors
 from deployc.core.errors import RunError
+from deployc.core.facts import PointMetrics, Summary, TaskMetrics, TextMetrics
 from deployc.core.layout import RUNTIME_JSON
 from deployc.core.records import Frozen
 from deployc.graph.metrics import (

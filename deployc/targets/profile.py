@@ -10,11 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
+from deployc.core.diagnostics import closest, diagnostics_from
 from deployc.core.errors import Diagnostic, Location, ProfileError
 from deployc.core.quantization import SchemeName
 from deployc.core.records import ApiVersion, ByteSize, Frozen, Identifier
 from deployc.core.yaml_io import Document, load_file
-from deployc.load.diagnostics import closest, diagnostics_from
 from deployc.targets.backends import BACKENDS, BackendName
 
 # The arm64 check's CPU when a profile names none: Armv8.2-A with dot product and fp16 arithmetic, the

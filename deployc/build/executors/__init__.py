@@ -2,7 +2,7 @@
 
 `local`: a pool of worker processes on this machine (`--jobs`). `ray`: one Ray task per program on a
 Ray cluster (`--ray-address`, or a cluster started for the build). Both hand WorkerJobs to
-graph.worker.build_program and return its WorkerResults, each with the node that built the program
+build.program_job.build_program and return its WorkerResults, each with the node that built the program
 and how many worker processes started it. The driver plans, judges and packages; executors only build.
 """
 

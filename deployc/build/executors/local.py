@@ -12,6 +12,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from deployc.build import program_job
 from deployc.build.cache import Cache
 from deployc.build.results import Node, WorkerJob, WorkerResult
 from deployc.core.events import Event, EventSink
@@ -34,7 +35,7 @@ def _init_worker(events: Any, log_dir: str | None) -> None:
 def _build(job: WorkerJob) -> WorkerResult:
     node = Node(executor="local", host=socket.gethostname(), pid=os.getpid())
     worker.emit(Event(label=job.unit.label, kind="started", attempt=1, where=f"this machine (pid {node.pid})"))
-    result = worker.build_program(job)
+    result = program_job.build_program(job)
     worker.emit(Event(label=job.unit.label, kind="finished", status=result.status))
     return result.model_copy(update={"node": node, "attempts": 1})
 

@@ -76,6 +76,7 @@ def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any) -> Wo
     """Runs on a Ray worker. Its working directory is the manifest folder that Ray unpacked."""
     import ray
 
+    from deployc.build import program_job
     from deployc.graph import worker
 
     node = _node(ray)
@@ -90,10 +91,10 @@ def build_unit_task(unit: UnitPlan, shared_cache: str | None, events: Any) -> Wo
     # Ray's worker logs keep what the libraries print (log_dir None): the node's log directory.
     job = WorkerJob(unit=unit, cache=shared_cache or "", folder=os.getcwd(), log_dir=None)
     if shared_cache is not None:  # a shared cache every node reaches: publish there, return the key
-        result = worker.build_program(job)
+        result = program_job.build_program(job)
     else:
         with tempfile.TemporaryDirectory(prefix="deployc-ray-unit-") as tmp:
-            result = worker.build_program(job.model_copy(update={"cache": tmp}))
+            result = program_job.build_program(job.model_copy(update={"cache": tmp}))
             if result.status == "built":
                 entry, _ = Cache(Path(tmp)).get(result.key)
                 if entry is None:

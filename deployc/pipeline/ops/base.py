@@ -11,6 +11,7 @@ plan import every op module). The native runner implements `run` once more, in o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -19,8 +20,7 @@ from deployc.core.records import Frozen, Identifier
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
-    from deployc.pipeline.schema import Pipeline
+    from deployc.pipeline.manifest_view import ManifestView, PipelineView
 
 
 class StageBase(Frozen):
@@ -31,8 +31,8 @@ class StageBase(Frozen):
 class Checks(Protocol):
     """What an op's `check` may use: the manifest, and located errors about the stage's own fields."""
 
-    manifest: Manifest
-    pipeline: Pipeline
+    manifest: ManifestView
+    pipeline: PipelineView
     folder: Path
     stages: dict[str, Any]  # by name
 
@@ -45,10 +45,11 @@ class Checks(Protocol):
     def expect(self, stage: Any, field: str, got: Port | None, want: Port) -> None:
         """Reports a type or shape mismatch between what `field` gets and what it takes."""
 
-    def known(self, stage: Any, field: str, kind: str, name: str, table: dict[str, Any]) -> bool:
+    def known(self, stage: Any, field: str, kind: str, name: str, table: Mapping[str, Any]) -> bool:
         """Whether `name` is in `table` (a model, tokenizer or index); reported with a suggestion when not."""
 
-    def token_lengths(self, stage: Any, field: str, ref: str, model: str, shape: list[Any], port: str) -> None:
+    def token_lengths(self, stage: Any, field: str, ref: str, model: str, shape: Sequence[int | str],
+                      port: str) -> None:
         """A tokenize stage feeding a model input must fit the model's token dim."""
 
 
@@ -56,7 +57,7 @@ class Checks(Protocol):
 class ConfigContext:
     """What an op's runtime-config parameters may depend on."""
 
-    manifest: Manifest
+    manifest: ManifestView
     folder: Path  # the manifest's: preprocessor configs are read from it
     static_lengths: dict[str, int]  # model -> the token count its program on this target takes exactly
     # decoder -> the positions its program on this target holds (its static form's context)
@@ -105,7 +106,7 @@ class OpBase:
                 out[field] = value
         return out
 
-    def outputs(self, stage: Any, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: Any, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         """The stage's output ports. `folder` (the manifest's) lets an op read a config for static sizes;
         without it they may stay symbolic."""
         return {}
@@ -151,7 +152,7 @@ class PreprocessingOp(OpBase):
     def prepare(self, data: bytes, steps: list[dict[str, Any]]) -> Any:
         raise NotImplementedError(self.name)
 
-    def outputs(self, stage: Any, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: Any, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         steps = self.resolve_steps(stage, folder)[0] if folder is not None else None
         return {self.port: Port("tensor", "float32", self.shape(steps, stage))}
 

@@ -14,7 +14,7 @@ from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, Stage
 from deployc.pipeline.ports import TEXT, Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class GenerateStage(StageBase):
@@ -39,7 +39,7 @@ class GenerateOp(OpBase):
     reads = ("prompt",)
     wiring = frozenset({"model", "tokenizer"})
 
-    def outputs(self, stage: GenerateStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: GenerateStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         return {"text": TEXT, "tokens": Port("tensor", "int64", (1, "generated"))}
 
     def program(self, stage: GenerateStage) -> tuple[str, str]:

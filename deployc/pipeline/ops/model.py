@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,7 +13,7 @@ from deployc.pipeline.ops.base import Checks, Host, OpBase, StageBase
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest, ModelSpec
+    from deployc.pipeline.manifest_view import ManifestView, ModelView, TensorView
 
 
 class ModelStage(StageBase):
@@ -22,7 +23,7 @@ class ModelStage(StageBase):
     inputs: dict[Identifier, str] = Field(description="model input name -> 'stage.port' or a pipeline input")
 
 
-def signature(spec: ModelSpec, method: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def signature(spec: ModelView, method: str) -> tuple[Mapping[str, TensorView], Mapping[str, TensorView]] | None:
     """(inputs, outputs) of one of the model's methods; None when it has no such method."""
     if method == "forward":
         return spec.inputs, spec.outputs
@@ -30,7 +31,7 @@ def signature(spec: ModelSpec, method: str) -> tuple[dict[str, Any], dict[str, A
     return (m.inputs, m.outputs) if m else None
 
 
-def output_ports(spec: ModelSpec, method: str = "forward") -> dict[str, Port]:
+def output_ports(spec: ModelView, method: str = "forward") -> dict[str, Port]:
     sig = signature(spec, method)
     return {n: Port("tensor", o.dtype, tuple(o.shape)) for n, o in sig[1].items()} if sig else {}
 
@@ -41,7 +42,7 @@ class ModelOp(OpBase):
     reads = ("inputs",)
     wiring = frozenset({"model", "method"})
 
-    def outputs(self, stage: ModelStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: ModelStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         spec = manifest.models.get(stage.model)
         return output_ports(spec, stage.method) if spec else {}
 
@@ -49,7 +50,7 @@ class ModelOp(OpBase):
         return stage.model, stage.method
 
     def check(self, stage: ModelStage, c: Checks) -> None:
-        from deployc.load.diagnostics import closest
+        from deployc.core.diagnostics import closest
 
         if not c.known(stage, "model", "model", stage.model, c.manifest.models):
             return

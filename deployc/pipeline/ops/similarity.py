@@ -11,7 +11,7 @@ from deployc.pipeline.ops.base import Checks, Host, OpBase, StageBase
 from deployc.pipeline.ports import Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class SimilarityStage(StageBase):
@@ -29,7 +29,7 @@ class SimilarityOp(OpBase):
     schema = SimilarityStage
     reads = ("a", "b")
 
-    def outputs(self, stage: SimilarityStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: SimilarityStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         return {"scores": Port("tensor", "float32", ("candidates",)), "top": Port("tensor", "int64", (stage.top_k,))}
 
     def check(self, stage: SimilarityStage, c: Checks) -> None:

@@ -13,7 +13,7 @@ from deployc.pipeline.ops.base import Checks, Host, OpBase, StageBase
 from deployc.pipeline.ports import TEXT, Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -36,7 +36,7 @@ class TemplateOp(OpBase):
     schema = TemplateStage
     reads = ("inputs",)
 
-    def outputs(self, stage: TemplateStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: TemplateStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         return {"text": TEXT}
 
     def check(self, stage: TemplateStage, c: Checks) -> None:

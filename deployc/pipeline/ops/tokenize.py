@@ -13,7 +13,7 @@ from deployc.pipeline.ops.model import ModelStage
 from deployc.pipeline.ports import TEXT, Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class TokenizeStage(StageBase):
@@ -29,7 +29,7 @@ class TokenizeOp(OpBase):
     reads = ("input",)
     wiring = frozenset({"tokenizer"})
 
-    def outputs(self, stage: TokenizeStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: TokenizeStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         tokens = Port("tensor", "int64", (1, "tokens"))
         return {"input_ids": tokens, "attention_mask": tokens}
 

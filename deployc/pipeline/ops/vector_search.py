@@ -14,7 +14,7 @@ from deployc.pipeline.ops.template import as_text
 from deployc.pipeline.ports import CHUNKS, TEXT, Port
 
 if TYPE_CHECKING:
-    from deployc.load.manifest import Manifest
+    from deployc.pipeline.manifest_view import ManifestView
 
 
 class VectorSearchStage(StageBase):
@@ -30,7 +30,7 @@ class VectorSearchOp(OpBase):
     reads = ("query",)
     wiring = frozenset({"index"})
 
-    def outputs(self, stage: VectorSearchStage, manifest: Manifest, folder: Path | None) -> dict[str, Port]:
+    def outputs(self, stage: VectorSearchStage, manifest: ManifestView, folder: Path | None) -> dict[str, Port]:
         return {"chunks": CHUNKS, "text": TEXT, "scores": Port("tensor", "float32", (stage.top_k,))}
 
     def check(self, stage: VectorSearchStage, c: Checks) -> None:

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from deployc.core.quantization import Recipe
-from deployc.load.manifest import QuantSpec
+from deployc.core.quantization import QuantSpec, Recipe
 from deployc.targets.backends import cortex_m, litert, portable, qnn, vulkan, xnnpack
 from deployc.targets.backends.base import Availability
 

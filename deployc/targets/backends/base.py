@@ -16,10 +16,10 @@ from deployc.core.quantization import (
     DEFAULT_GROUP_SIZE,
     SCHEMES,
     Method,
+    QuantSpec,
     Recipe,
 )
 from deployc.core.records import Frozen
-from deployc.load.manifest import QuantSpec
 
 
 class Availability(Frozen):

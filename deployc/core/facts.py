@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from deployc.core.dims import DimPlan
 from deployc.core.pte import MethodFacts
 from deployc.core.records import Frozen
 from deployc.core.static_decoder import StaticDecoderLayout
-from deployc.plan.build_plan import DimPlan
 
 FACTS_SCHEMA_VERSION = 1
 FACTS_FILE = "facts.json"
