@@ -44,7 +44,7 @@ if kind == "raw":
     call = lambda xs: method.execute(xs)
 else:
     from deployc.graph import host_runtime as host
-    from deployc.targets.backends import qnn_host  # noqa: F401
+    from deployc.targets.backends.qnn import host as qnn_host  # noqa: F401
     host._c()  # the extension and the quantized kernels: imports, not loading
     load_program = host.load_program
     t = time.perf_counter()

@@ -72,7 +72,7 @@ def run(folder: Path, task: str, scheme: str, seq: int, samples: int, deployc: P
         judge: int = 3) -> dict[str, Any]:
     import torch
 
-    from deployc.targets.backends import qnn_host
+    from deployc.targets.backends.qnn import host as qnn_host
 
     qnn_host.activate()
     from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset

@@ -56,7 +56,8 @@ def _kinds(model: Any, task: str) -> list[str]:
     import torch
 
     from deployc.core.quantization import Recipe
-    from deployc.targets.backends.qnn import BACKEND, op_kind
+    from deployc.targets.backends.qnn import BACKEND
+    from deployc.targets.backends.qnn.quantizer import op_kind
 
     quantizer = BACKEND.quantizer(Recipe(scheme="w8a8", method="pt2e"), {}, activation_bits={})
     graph = quantizer.transform_for_annotation(
@@ -67,7 +68,8 @@ def _kinds(model: Any, task: str) -> list[str]:
 
 def main() -> None:
     from deployc.graph.hf_model import load_directory
-    from deployc.targets.backends.qnn import BACKEND, W8A8_16BIT_OPS
+    from deployc.targets.backends.qnn import BACKEND
+    from deployc.targets.backends.qnn.quantizer import W8A8_16BIT_OPS
 
     parser = argparse.ArgumentParser()
     parser.add_argument("archs", nargs="+")

@@ -160,7 +160,7 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The QNN suite (tests/build_suite.py), built once: needs QNN's host libraries, which `make test` installs."""
     from build_suite import QNN_SUITE
 
-    from deployc.targets.backends import qnn_host
+    from deployc.targets.backends.qnn import host as qnn_host
 
     found = qnn_host.find(os.environ)
     if isinstance(found, str):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deployc.targets.backends import BACKEND_FILES, BACKENDS
+from deployc.targets.backends import BACKENDS, backend_files
 
 PACKAGE = Path(__file__).resolve().parent.parent / "deployc"
 
@@ -216,19 +216,19 @@ RUNTIMES = {"ai_edge_litert": {"graph/litert_runtime.py", "core/tflite.py"}}
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_a_backend_is_one_module(name: str) -> None:
-    """The packages of its ahead-of-time path (`modules`) are named by its own module and its helpers only; a
-    backend with no package of its own is ExecuTorch's core alone: no partitioner, no delegate."""
+    """The packages of its ahead-of-time path (`modules`) are named by its own files only (its module and the
+    helpers beside it, or its package); a backend with no package of its own is ExecuTorch's core alone: no
+    partitioner, no delegate."""
     backend = BACKENDS[name]
-    own_file = BACKEND_FILES[name].resolve()
     own = [m for m in backend.modules if m not in SHARED]
     if not own:
         assert not backend.partitioners and backend.delegate_id == "", f"{name} names no package of its own"
         return
-    helpers = {own_file, *(own_file.parent / h for h in backend.helpers)}
+    files = set(backend_files(name))
     for package in own:
-        allowed = helpers | {PACKAGE / f for f in RUNTIMES.get(package, ())}
+        allowed = files | {PACKAGE / f for f in RUNTIMES.get(package, ())}
         users = {p.resolve() for p in MODULES if package in p.read_text()}
-        assert users <= allowed and own_file in users, f"{package} is named outside {own_file.name}: {users - allowed}"
+        assert users <= allowed and users & files, f"{package} is named outside {name}'s files: {users - allowed}"
 
 
 def test_every_folder_of_the_package_is_a_regular_package() -> None:

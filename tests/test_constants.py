@@ -13,6 +13,7 @@ import torch.ao.quantization.fx._decomposed  # registers the quantized_decompose
 from conftest import build_project
 from fixtures import testnets
 
+from deployc.core.graph_edits import attribute
 from deployc.graph import constants
 
 
@@ -39,7 +40,7 @@ def test_a_folded_view_is_stored_row_major_even_where_an_axis_has_size_one() -> 
     assert constants.fold_parameter_chains(module) == 3
     query = next(n for n in module.graph.nodes if str(n.target) == "aten.bmm.default").args[0]
     assert query.op == "get_attr"
-    folded = constants.attribute(module, query.target)
+    folded = attribute(module, query.target)
     assert folded.shape == (2, 1, 4) and folded.stride() == (4, 4, 1)
     assert torch.equal(module(x), model(x))
 

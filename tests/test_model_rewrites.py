@@ -1,6 +1,6 @@
 """What deployc changes in a model before export, held to eager without lowering anything: weight norm
 baked into plain weights (deployc/graph/model.py), nn.MultiheadAttention's packed projection split for QNN
-(deployc/targets/backends/qnn.py), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
+(deployc/targets/backends/qnn/), a GroupNorm of one group as a LayerNorm, a ReLU6 as a ReLU and a
 minimum, a strided 9 x 9 convolution widened to 11 x 11 and sigmoids written through tanh (fp16 only), a batch norm's epsilon moved into
 its variance, a lone batch norm as a multiply and an add and a
 gather of constant consecutive indices as a slice for QNN (the same module), and embedding tables the model reads as tensors kept float when the others are
@@ -15,15 +15,17 @@ torch = pytest.importorskip("torch")
 
 from deployc.graph.model import _bake_parametrizations, _head_norms_on_rows  # noqa: E402
 from deployc.graph.quantize import looked_up_embeddings, quantize_embeddings  # noqa: E402
-from deployc.targets.backends.qnn import (  # noqa: E402
-    batch_norm_eps_in_variance,
+from deployc.targets.backends.qnn.graph_rewrites import (  # noqa: E402
     batch_norms_as_affine,
     clamps_as_relu_minimum,
     constant_gathers_as_slices,
+    sigmoids_as_tanh,
+)
+from deployc.targets.backends.qnn.model_rewrites import (  # noqa: E402
+    batch_norm_eps_in_variance,
     one_group_as_layer_norm,
     relu6_as_minimum,
     separate_in_projections,
-    sigmoids_as_tanh,
     strided_nine_by_nine_convs_widened,
 )
 

@@ -116,7 +116,7 @@ def test_deployc_run_on_arm64_retrieves_and_answers_like_x86(rag: Path) -> None:
 def test_native_pipeline_drives_the_npu_decoder_like_deployc_run(runner: Path, rag: Path) -> None:
     """Snapdragon's bundle: the embedder and the decoder (its static form, on QNN's HTP emulator) both on the
     npu. The runner's driver and deployc run's choose the same tokens from the same prompt."""
-    from deployc.targets.backends.qnn_host import environment
+    from deployc.targets.backends.qnn.host import environment
 
     bundle = rag / "snapdragon"
     proc = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", f"query={QUESTIONS[1]}"],
@@ -231,7 +231,7 @@ def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None
 def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu: Built, tmp_path: Path) -> None:
     import os
 
-    from deployc.targets.backends.qnn_host import ENV_LIBRARIES, environment
+    from deployc.targets.backends.qnn.host import ENV_LIBRARIES, environment
 
     bundle = npu.out / "npu" / "1.0.0" / "snapdragon"
     x = np.random.default_rng(5).uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)

@@ -17,7 +17,7 @@ from build_suite import QNN_SCHEMES, QNN_SUITE
 from conftest import Built, build_json, make_project
 
 from deployc.core.errors import BuildError, ProfileError
-from deployc.targets.backends import qnn_host
+from deployc.targets.backends.qnn import host as qnn_host
 
 pytestmark = pytest.mark.slow
 
@@ -148,7 +148,7 @@ _CHANNEL_GAIN = """
 import sys, torch
 sys.path.insert(0, sys.argv[2])
 import testnets
-from deployc.targets.backends import qnn_host
+from deployc.targets.backends.qnn import host as qnn_host
 qnn_host.activate()
 from executorch.runtime import Runtime
 model = getattr(testnets, sys.argv[3])()
@@ -342,7 +342,7 @@ models:
 
 def test_an_architecture_the_npu_does_not_take_is_planned_on_the_next_unit_with_the_op_named(
         project: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    """Known before lowering (qnn.REFUSED): plan reads config.json's model_type, nothing is imported."""
+    """Known before lowering (qnn/refusals.py): plan reads config.json's model_type, nothing is imported."""
     from deployc.targets.backends import base
 
     # No architecture is refused by every ExecuTorch backend today (FNet's FFT was, until graph/fourier.py):
@@ -401,12 +401,12 @@ def test_a_key_value_head_shared_by_every_query_head_is_marked_as_gqa_with_the_s
     sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
     from testnets import multi_query
 
-    from deployc.targets.backends.qnn import _shared_heads_as_gqa
+    from deployc.targets.backends.qnn.graph_rewrites import shared_heads_as_gqa
 
     model, x = multi_query(), torch.rand(1, 16, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
     program = torch.export.export(model, (x,))
-    assert _shared_heads_as_gqa(program.graph_module) == 1
-    assert _shared_heads_as_gqa(program.graph_module) == 0  # marked once
+    assert shared_heads_as_gqa(program.graph_module) == 1
+    assert shared_heads_as_gqa(program.graph_module) == 0  # marked once
     (sdpa,) = [n for n in program.graph.nodes if n.target is torch.ops.aten.scaled_dot_product_attention.default]
     assert sdpa.kwargs["enable_gqa"] is True
     with torch.no_grad():
@@ -419,10 +419,10 @@ def test_an_attention_of_constants_alone_is_folded_and_one_of_the_input_is_kept(
     sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
     from testnets import learned_queries
 
-    from deployc.targets.backends.qnn import _fold_constants
+    from deployc.targets.backends.qnn.graph_rewrites import fold_constants
 
     model, x = learned_queries(), torch.rand(1, 6, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    program = _fold_constants(torch.export.export(model, (x,)))
+    program = fold_constants(torch.export.export(model, (x,)))
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
     targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert targets.count(sdpa) == 1  # the cross-attention to the input, with its own op back
@@ -445,7 +445,8 @@ def test_a_softmax_input_is_quantized_at_a_step_of_at_least_2_to_the_minus_16(sc
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from deployc.core.quantization import Recipe
-    from deployc.targets.backends.qnn import BACKEND, SOFTMAX_MIN_SCALE
+    from deployc.targets.backends.qnn import BACKEND
+    from deployc.targets.backends.qnn.quantizer import SOFTMAX_MIN_SCALE
 
     gen = torch.Generator().manual_seed(0)
     x = (torch.rand(1, 8, 4, generator=gen) - 0.5, torch.rand(1, 8, 4, generator=gen) - 0.5)
@@ -483,7 +484,8 @@ def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from deployc.core.quantization import Recipe
-    from deployc.targets.backends.qnn import ACTIVATION_HEADROOM_16BIT, BACKEND
+    from deployc.targets.backends.qnn import BACKEND
+    from deployc.targets.backends.qnn.quantizer import ACTIVATION_HEADROOM_16BIT
 
     torch.manual_seed(0)
     x = (torch.rand(1, 6, 4) + 0.5, torch.rand(1, 6, 4) - 0.5)
@@ -511,15 +513,15 @@ def test_16bit_headroom_stays_finite_at_float32s_lowest() -> None:
     infinite scale at graph prepare. Such a range keeps what MinMax alone gives."""
     from torchao.quantization.pt2e import MinMaxObserver
 
-    from deployc.targets.backends.qnn import _headroom_observer
+    from deployc.targets.backends.qnn.quantizer import headroom_observer
 
     kwargs = {"dtype": torch.int32, "quant_min": 0, "quant_max": 65535, "qscheme": torch.per_tensor_affine}
-    headroom, plain = _headroom_observer(MinMaxObserver)(**kwargs), MinMaxObserver(**kwargs)
+    headroom, plain = headroom_observer(MinMaxObserver)(**kwargs), MinMaxObserver(**kwargs)
     lowest = torch.tensor([torch.finfo(torch.float32).min, 0.5])
     headroom(lowest), plain(lowest)
     scale, _ = headroom.calculate_qparams()
     assert torch.isfinite(scale).all() and scale.item() == pytest.approx(plain.calculate_qparams()[0].item())
-    ordinary = _headroom_observer(MinMaxObserver)(**kwargs)
+    ordinary = headroom_observer(MinMaxObserver)(**kwargs)
     ordinary(torch.tensor([-1.0, 3.0]))
     assert ordinary.calculate_qparams()[0].item() == pytest.approx(2 * 4.0 / 65535)
 

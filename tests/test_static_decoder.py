@@ -227,7 +227,7 @@ def test_deployc_run_and_the_native_runner_generate_the_same_tokens(npu_decoder:
 
     from conftest import run_subprocess
 
-    from deployc.targets.backends.qnn_host import environment
+    from deployc.targets.backends.qnn.host import environment
 
     long = " ".join(["how do bees find flowers ?"] * 20)  # 120 words: beyond the 48-position context
     for query in ("how do bees find flowers ?", long):
@@ -251,7 +251,7 @@ def test_the_self_tests_drive_the_static_form_on_the_host_and_natively(npu_decod
     import os
     import subprocess
 
-    from deployc.targets.backends.qnn_host import environment
+    from deployc.targets.backends.qnn.host import environment
 
     r = cli("inspect", str(npu_decoder), "--self-test", "--json")
     assert r.code == 0, r.err[-2000:]

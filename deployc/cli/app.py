@@ -498,7 +498,7 @@ def native_qnn_env() -> None:
     """Print, as shell exports, what the runner needs to run QNN programs on this host's HTP emulator."""
     import shlex
 
-    from deployc.targets.backends.qnn_host import environment
+    from deployc.targets.backends.qnn.host import environment
 
     console = Console()
     for name, value in environment().items():

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from deployc.graph.constants import attribute, drop_unread, register
+from deployc.core.graph_edits import attribute
+from deployc.graph.constants import drop_unread, register
 
 _BATCH_NORM = "aten.batch_norm.default"
 _LINEAR = "aten.linear.default"

@@ -9,16 +9,10 @@ from typing import Any
 
 import torch
 
+from deployc.core.graph_edits import attribute
+
 _QUANTIZES = frozenset({"quantized_decomposed.quantize_per_tensor.default",
                         "quantized_decomposed.quantize_per_channel.default"})
-
-
-def attribute(model: torch.nn.Module, target: Any) -> Any:
-    """A get_attr node's value (None where the path names nothing)."""
-    value: Any = model
-    for part in str(target).split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def fold_parameter_chains(model: torch.fx.GraphModule) -> int:

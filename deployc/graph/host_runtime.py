@@ -24,7 +24,7 @@ def _c() -> Any:
 
 def load_program(path: Path, data_path: Path | None = None, etdump: bool = False) -> Any:
     """`etdump`: record every operator and delegate call in an ETDump (`deployc profile`)."""
-    from deployc.targets.backends.qnn_host import activate_from_env
+    from deployc.targets.backends.qnn.host import activate_from_env
 
     c = _c()
     activate_from_env()  # QNN host libraries chosen by the build or `deployc run`, loaded before any QNN program

@@ -12,6 +12,7 @@ import torch
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.facts import FloatFallback
+from deployc.core.graph_edits import attribute
 from deployc.core.quantization import Recipe
 from deployc.graph import batch_norm, constants, sensitivity
 from deployc.graph.inputs import export_point, make_inputs
@@ -190,7 +191,7 @@ def _quantizable(node: Any, model: torch.fx.GraphModule) -> bool:
     constants (get_attr) carry no value in their metadata: their tensor is looked up."""
     value = node.meta.get("val") if hasattr(node, "meta") else None
     if value is None and getattr(node, "op", None) == "get_attr":
-        value = constants.attribute(model, node.target)
+        value = attribute(model, node.target)
     return not isinstance(value, torch.Tensor) or value.dtype in _QUANTIZABLE
 
 

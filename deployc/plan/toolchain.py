@@ -17,7 +17,7 @@ import deployc
 from deployc.core import installed
 from deployc.core.digests import file_sha256, key_of
 from deployc.core.records import Frozen
-from deployc.targets.backends import BACKEND_FILES, BACKENDS
+from deployc.targets.backends import BACKENDS, backend_files
 from deployc.targets.backends.base import Availability
 
 # Every package whose version can change a program's bytes (flatbuffers included: it serializes them).
@@ -57,8 +57,7 @@ def _code(entries: tuple[str, ...]) -> str:
 
 def code_hashes() -> dict[str, str]:
     out = {"compile": _code(COMPILE_CODE), "package": _code(PACKAGE_CODE)}
-    out.update({name: _files_sha256([path.resolve(), *(path.resolve().parent / h for h in BACKENDS[name].helpers)])
-                for name, path in BACKEND_FILES.items()})
+    out.update({name: _files_sha256(backend_files(name)) for name in BACKENDS})
     return out
 
 

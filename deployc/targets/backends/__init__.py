@@ -93,8 +93,17 @@ _MODULES = (  # the registry: one line per backend module, in the order `deployc
 
 BACKENDS: dict[str, Backend] = {m.BACKEND.name: m.BACKEND for m in _MODULES}
 
-# Each backend's source file: its hash is part of every program key the backend builds.
+# Each backend's module (a package's __init__.py).
 BACKEND_FILES: dict[str, Path] = {m.BACKEND.name: Path(str(m.__file__)) for m in _MODULES}
+
+
+def backend_files(name: str) -> list[Path]:
+    """The files a backend is made of, whose hash is part of every program key it builds: its module and the
+    helpers it names beside it, or every source file of its package."""
+    module = BACKEND_FILES[name].resolve()
+    if module.name == "__init__.py":
+        return sorted(p for p in module.parent.rglob("*") if p.suffix in (".py", ".c") and "__pycache__" not in p.parts)
+    return [module, *(module.parent / h for h in BACKENDS[name].helpers)]
 
 # The registry's keys, for the profile schema's allowed values (to the type checker: a backend's name).
 if TYPE_CHECKING:
