@@ -263,12 +263,12 @@ def test_failures_are_reported_per_unit_while_others_build(tmp_path: Path) -> No
 def test_a_runtime_failure_in_verification_is_contained(tmp_path: Path) -> None:
     import torch
 
-    from deployc.graph.verify import start_verifier, verify
+    from deployc.graph.verify import Calls, start_verifier, verify
 
     broken = tmp_path / "broken.pte"
     broken.write_bytes(b"\x00" * 64)
     x = [torch.ones(1, 4)]
-    result = verify(broken, [("forward", {}, x)], [[torch.ones(1, 4)]], start_verifier())
+    result = verify(broken, Calls([("forward", {}, x)], [[torch.ones(1, 4)]]), start_verifier())
     assert result.status == "error" and result.reason.startswith("executorch.runtime crashed (exit code 1)")
 
 

@@ -23,10 +23,10 @@ from deployc.build.results import (
     WorkerResult,
 )
 from deployc.core.events import Event, EventSink, Say
-from deployc.core.facts import FACTS_FILE, ProgramFacts, TensorFacts, program_file
+from deployc.core.facts import FACTS_FILE, Measurement, ProgramFacts, TensorFacts, program_file
 from deployc.core.sizes import format_size
 from deployc.graph.metrics import judge, judge_task, judge_text
-from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan
+from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan, Verify
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
           "sram": "planned activation memory"}
@@ -71,6 +71,8 @@ def compare_outputs(method: str, declared: list[OutputPlan], actual: list[Tensor
 
 
 def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> UnitResult:
+    """A unit's program judged against the unit's own tolerances, declared outputs, int8-only rule and budgets;
+    the first that fails is the unit's failure."""
     judged = UnitResult(unit=unit, status=result.status, node=result.node, attempts=result.attempts)
     if result.status == "failed":
         declared = unit.dims_at.get(result.dim) if result.dim else None
@@ -81,61 +83,80 @@ def judge_unit(unit: UnitPlan, result: WorkerResult, entry: Entry | None) -> Uni
         return judged.model_copy(update={"status": "failed", "failure": Failure(
             step="cache", error="the built program vanished from the cache")})
     facts = ProgramFacts.model_validate_json(entry.file(FACTS_FILE).read_text())
+    verification, failure = _verification(unit, facts)
+    failure = failure or _outputs_failure(unit, facts) or _int8_failure(unit, facts) or _budget_failure(unit, facts)
+    return judged.model_copy(update={"status": "failed" if failure else result.status, "failure": failure,
+                                     "facts": facts, "verification": verification,
+                                     "program": str(entry.file(program_file(facts.format)))})
+
+
+def _verification(unit: UnitPlan, facts: ProgramFacts) -> tuple[Verification, Failure | None]:
     v = unit.verify
     tolerance = Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs, tokens=v.min_tokens,
                           max_perplexity_ratio=v.max_perplexity_ratio, max_kl=v.max_kl, min_top1=v.min_top1,
                           min_topk_overlap=v.min_topk_overlap)
     measured = facts.measurement
-    failure = None
     if not v.run:
-        verification = Verification(status="not-run", reason=v.reason, tolerance=tolerance)
-    elif measured.status != "measured" or measured.summary is None:
-        verification = Verification(status="failed", reason=measured.reason, tolerance=tolerance)
-        failure = Failure(step="verify", error=measured.reason)
-    else:
-        missed = judge(measured.summary, v.min_cosine, v.min_sqnr_db, v.max_abs)
-        if v.min_tokens and (measured.tokens is None or measured.tokens.matched < v.min_tokens):
-            got = f"{measured.tokens.matched} of {measured.tokens.generated}" if measured.tokens else "none"
-            missed.append(f"greedy tokens equal to eager's: {got} (the first {v.min_tokens} must be)")
-        text = measured.text
-        if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
-            if text is None:
-                missed.append("the held-out text was not measured")
-            else:
-                missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
-            # A device's self-test judges the positions it carries with the same tolerances: they hold here too.
-            shipped = measured.self_test_text
-            if shipped is not None and not missed:
-                missed += [f"on the {shipped.positions} positions of the self-test vectors, {m}"
-                           for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
-        if v.data is not None:
-            if measured.task is None:
-                missed.append(f"the task samples ({v.data.file}) were not measured")
-            else:
-                missed += judge_task(measured.task, v.min_top1 if v.data.measure == "top1" else None,
-                                     v.min_topk_overlap)
-        verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
-                                    points=measured.points, tokens=measured.tokens, text=text, task=measured.task,
-                                    text_reason=unit.export.text_reason, ran_on=measured.ran_on, tolerance=tolerance)
-        if missed:
-            failure = Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
+        return Verification(status="not-run", reason=v.reason, tolerance=tolerance), None
+    if measured.status != "measured" or measured.summary is None:
+        return (Verification(status="failed", reason=measured.reason, tolerance=tolerance),
+                Failure(step="verify", error=measured.reason))
+    missed = _missed(v, measured)
+    verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
+                                points=measured.points, tokens=measured.tokens, text=measured.text, task=measured.task,
+                                text_reason=unit.export.text_reason, ran_on=measured.ran_on, tolerance=tolerance)
+    failure = (Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
+               if missed else None)
+    return verification, failure
+
+
+def _missed(v: Verify, measured: Measurement) -> list[str]:
+    """Every tolerance a measured program missed, in words."""
+    assert measured.summary is not None
+    missed = judge(measured.summary, v.min_cosine, v.min_sqnr_db, v.max_abs)
+    if v.min_tokens and (measured.tokens is None or measured.tokens.matched < v.min_tokens):
+        got = f"{measured.tokens.matched} of {measured.tokens.generated}" if measured.tokens else "none"
+        missed.append(f"greedy tokens equal to eager's: {got} (the first {v.min_tokens} must be)")
+    text = measured.text
+    if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
+        if text is None:
+            missed.append("the held-out text was not measured")
+        else:
+            missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
+        # A device's self-test judges the positions it carries with the same tolerances: they hold here too.
+        shipped = measured.self_test_text
+        if shipped is not None and not missed:
+            missed += [f"on the {shipped.positions} positions of the self-test vectors, {m}"
+                       for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
+    if v.data is not None:
+        if measured.task is None:
+            missed.append(f"the task samples ({v.data.file}) were not measured")
+        else:
+            missed += judge_task(measured.task, v.min_top1 if v.data.measure == "top1" else None, v.min_topk_overlap)
+    return missed
+
+
+def _outputs_failure(unit: UnitPlan, facts: ProgramFacts) -> Failure | None:
     mismatch = output_problem(unit, facts)
-    if mismatch and failure is None:
-        method, problem = mismatch
-        field = "outputs" if method == "forward" else f"methods.{method}.outputs"
-        failure = Failure(step="outputs", error=f"models.{unit.model}.{field}: {problem}",
-                          at=unit.outputs_at.get(method))
-    if v.int8_only and facts.float_ops and failure is None:
-        failure = Failure(step="int8", error=(
-            f"unit '{unit.unit}' on target '{unit.target}' runs int8 kernels only, and these operators stayed "
-            f"outside them, computing in floating point: {', '.join(facts.float_ops)} (set "
-            f"models.{unit.model}.verify.allow_float_ops: true to ship them as portable kernels)"))
+    if not mismatch:
+        return None
+    method, problem = mismatch
+    field = "outputs" if method == "forward" else f"methods.{method}.outputs"
+    return Failure(step="outputs", error=f"models.{unit.model}.{field}: {problem}", at=unit.outputs_at.get(method))
+
+
+def _int8_failure(unit: UnitPlan, facts: ProgramFacts) -> Failure | None:
+    if not (unit.verify.int8_only and facts.float_ops):
+        return None
+    return Failure(step="int8", error=(
+        f"unit '{unit.unit}' on target '{unit.target}' runs int8 kernels only, and these operators stayed "
+        f"outside them, computing in floating point: {', '.join(facts.float_ops)} (set "
+        f"models.{unit.model}.verify.allow_float_ops: true to ship them as portable kernels)"))
+
+
+def _budget_failure(unit: UnitPlan, facts: ProgramFacts) -> Failure | None:
     over = budget_problems(unit, facts)
-    if over and failure is None:
-        failure = Failure(step="budget", error="; ".join(over))
-    return judged.model_copy(update={"status": "failed" if failure else result.status, "failure": failure,
-                                     "facts": facts, "verification": verification,
-                                     "program": str(entry.file(program_file(facts.format)))})
+    return Failure(step="budget", error="; ".join(over)) if over else None
 
 
 # A failure at these steps is the backend's (it cannot quantize, lower or run the graph): with
@@ -252,18 +273,87 @@ def _latency(judged: UnitResult) -> float:
     return f.measurement.latency_ms if f and f.measurement.latency_ms is not None else float("inf")
 
 
-def _run(todo: list[UnitPlan], cached: int, plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink,
-         say: Say, warn: Say) -> dict[str, WorkerResult]:
-    say(f"building {len(todo)} program(s) with {executor.describe(len(todo))}; {cached} cached")
-    for u in todo:
-        events(Event(label=u.label, kind="queued"))
-    t = time.perf_counter()
-    built = executor.run(todo, plan.folder, cache, events)
-    for r in built.values():
-        if r.warning:
-            warn(r.warning)
-    say(f"built in {time.perf_counter() - t:.1f} s")
-    return built
+@dataclass
+class _Driver:
+    """One plan's build in the driver process: what each program's build gave (`results`), its cache entry
+    read once, and each unit judged once per program."""
+
+    plan: BuildPlan
+    cache: Cache
+    executor: Executor
+    events: EventSink
+    say: Say
+    warn: Say
+    results: dict[str, WorkerResult] = field(default_factory=dict)
+    entries: dict[str, Entry | None] = field(default_factory=dict)
+    judged: dict[tuple[str, str], UnitResult] = field(default_factory=dict)
+
+    def entry(self, key: str) -> Entry | None:
+        # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
+        if key not in self.entries:
+            self.entries[key] = self.cache.get(key)[0] if self.results[key].status != "failed" else None
+        return self.entries[key]
+
+    def judge(self, u: UnitPlan) -> UnitResult:
+        key = (u.label, u.program_key)
+        if key not in self.judged:
+            self.judged[key] = judge_unit(u, self.results[u.program_key], self.entry(u.program_key))
+        return self.judged[key]
+
+    def wanted(self) -> dict[str, UnitPlan]:
+        """The programs the units' walks need next, and the host reference programs, not yet built or found."""
+        wanted = {k: r for k, r in self.plan.references().items() if k not in self.results}
+        for u in self.plan.units():
+            for c in _settle(u, self.results, self.judge).todo:
+                wanted.setdefault(c.program_key, c)
+        return wanted
+
+    def not_cached(self, wanted: dict[str, UnitPlan]) -> list[UnitPlan]:
+        """Those of `wanted` the cache has (or, for a unit with somewhere to go on to, knows to fail) are
+        results now; the rest are returned, to build."""
+        todo = []
+        for key, unit in wanted.items():
+            entry, warning = self.cache.get(key)
+            if warning:
+                self.warn(warning)
+            # A unit with somewhere to go on to skips a lowering known to fail; others try again.
+            failed = (_cached_failure(self.cache, key) if entry is None and (unit.fallbacks or unit.choice) else None)
+            if entry is not None:
+                self.results[key] = WorkerResult(key=key, status="cached")
+                self.entries[key] = entry
+            elif failed is not None:
+                self.results[key] = failed
+            else:
+                todo.append(unit)
+        return todo
+
+    def run(self, todo: list[UnitPlan], cached: int) -> None:
+        self.say(f"building {len(todo)} program(s) with {self.executor.describe(len(todo))}; {cached} cached")
+        for u in todo:
+            self.events(Event(label=u.label, kind="queued"))
+        t = time.perf_counter()
+        built = self.executor.run(todo, self.plan.folder, self.cache, self.events)
+        for r in built.values():
+            if r.warning:
+                self.warn(r.warning)
+            if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
+                _remember_failure(self.cache, r)
+        self.say(f"built in {time.perf_counter() - t:.1f} s")
+        self.results.update(built)
+
+    def settled(self, u: UnitPlan) -> UnitResult:
+        """A unit at the end of its walk: the program it ships, how it got there, and its verdict."""
+        settled = _settle(u, self.results, self.judge)
+        assert settled.chosen is not None
+        # The walk goes through the unit's groups in order: the k-th failure hands on to group k + 1.
+        for f, to in zip(settled.fell, u.fallbacks):
+            self.say(f"{u.label}: {f.backend} failed at {f.step}; falling back to unit {to.unit} ({to.backend})")
+        one = self.judge(settled.chosen).model_copy(update={"fallbacks": settled.fell,
+                                                            "candidates": settled.candidates})
+        if settled.none_passed:
+            one = one.model_copy(update={"status": "failed", "failure": Failure(
+                step="choose", error=f"{u.model} on {u.target}/{settled.chosen.unit}: {settled.none_passed}")})
+        return one
 
 
 def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say,
@@ -271,65 +361,16 @@ def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, 
     """Build every program the units' walks need (or find it cached): a unit's planned program, then,
     where its backend failed or no candidate of its choice of schemes passed, the next candidate; judge
     every unit. Keyed by the label of the unit as planned."""
-    results: dict[str, WorkerResult] = {}
-    entries: dict[str, Entry | None] = {}
-
-    def entry_of(key: str) -> Entry | None:
-        # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
-        if key not in entries:
-            entries[key] = cache.get(key)[0] if results[key].status != "failed" else None
-        return entries[key]
-
-    judged_programs: dict[tuple[str, str], UnitResult] = {}
-
-    def judge(u: UnitPlan) -> UnitResult:
-        if (u.label, u.program_key) not in judged_programs:
-            judged_programs[(u.label, u.program_key)] = judge_unit(u, results[u.program_key], entry_of(u.program_key))
-        return judged_programs[(u.label, u.program_key)]
-
-    while True:
-        wanted: dict[str, UnitPlan] = {k: r for k, r in plan.references().items() if k not in results}
-        for u in plan.units():
-            for c in _settle(u, results, judge).todo:
-                wanted.setdefault(c.program_key, c)
-        if not wanted:
-            break
-        todo = []
-        for key, unit in wanted.items():
-            entry, warning = cache.get(key)
-            if warning:
-                warn(warning)
-            # A unit with somewhere to go on to skips a lowering known to fail; others try again.
-            failed = (_cached_failure(cache, key) if entry is None and (unit.fallbacks or unit.choice) else None)
-            if entry is not None:
-                results[key] = WorkerResult(key=key, status="cached")
-                entries[key] = entry
-            elif failed is not None:
-                results[key] = failed
-            else:
-                todo.append(unit)
+    driver = _Driver(plan, cache, executor, events, say, warn)
+    while wanted := driver.wanted():
+        todo = driver.not_cached(wanted)
         if todo:
-            built = _run(todo, len(wanted) - len(todo), plan, cache, executor, events, say, warn)
-            for r in built.values():
-                if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
-                    _remember_failure(cache, r)
-            results.update(built)
-    for key in results:
-        entry = entry_of(key)
+            driver.run(todo, len(wanted) - len(todo))
+    for key in driver.results:
+        entry = driver.entry(key)
         if entry is not None:
             cache.publish(entry)  # what local workers built reaches a shared cache too
-    judged: dict[str, UnitResult] = {}
-    for u in plan.units():
-        settled = _settle(u, results, judge)
-        assert settled.chosen is not None
-        # The walk goes through the unit's groups in order: the k-th failure hands on to group k + 1.
-        for f, to in zip(settled.fell, u.fallbacks):
-            say(f"{u.label}: {f.backend} failed at {f.step}; falling back to unit {to.unit} ({to.backend})")
-        one = judge(settled.chosen).model_copy(update={"fallbacks": settled.fell, "candidates": settled.candidates})
-        if settled.none_passed:
-            one = one.model_copy(update={"status": "failed", "failure": Failure(
-                step="choose", error=f"{u.model} on {u.target}/{settled.chosen.unit}: {settled.none_passed}")})
-        judged[u.label] = one
+    judged = {u.label: driver.settled(u) for u in plan.units()}
     for reference in plan.references().values():  # host reference programs: judged too, reported by the index
-        judged[reference.label] = judge(reference)
+        judged[reference.label] = driver.judge(reference)
     return judged

@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,36 +77,55 @@ def output_facts(references: list[list[Any]]) -> list[TensorFacts]:
     return out
 
 
-def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier: subprocess.Popen[str],
-           log: Any = None, sequences: list[list[int]] | None = None, data: Path | None = None,
-           texts: list[tuple[list[int], list[int]]] | None = None, text_file: str = "",
-           self_test_positions: int = 0, static: StaticDecoderLayout | None = None,
-           task: TaskChecks | None = None) -> Measurement:
-    """`sequences`: per prompt, the indexes of the checks that generate from it (text-generation
-    programs); they are compared by the tokens they choose. `texts`: per held-out window, the indexes of
-    its checks and the token each should predict; compared as next-token distributions, over all of them
-    and over the first `self_test_positions` (those the self-test vectors carry). The other checks by
-    the metrics. `static`: the program is a decoder in the static form, its `forward` calls made through
-    the driver (pipeline/host/static_decoding.py), as an app makes them. `task`: the checks that are the
-    manifest's task samples, judged by the task measure instead."""
+@dataclass
+class Calls:
+    """What a program is judged on: the calls eager made at the verification points (and on text and task
+    samples) with what each returned, and which of them are judged how. `sequences`: per prompt, the
+    indexes of the checks that generate from it (text-generation programs), compared by the tokens they
+    choose. `texts`: per held-out window, the indexes of its checks and the token each should predict,
+    compared as next-token distributions over all of them and over the first `self_test_positions` (those
+    the self-test vectors carry). `task`: the checks that are the manifest's task samples, judged by the
+    task measure. The other checks by the metrics."""
+
+    checks: list[Check]
+    references: list[list[Any]]
+    sequences: list[list[int]] = field(default_factory=list)
+    texts: list[tuple[list[int], list[int]]] = field(default_factory=list)
+    text_file: str = ""
+    self_test_positions: int = 0
+    task: TaskChecks | None = None
+
+    def judged_apart(self) -> set[int]:
+        """The checks not judged by the metrics: generated, scored on text, or task samples."""
+        return ({i for s in self.sequences for i in s} | {i for window, _ in self.texts for i in window}
+                | set(self.task.checks if self.task else []))
+
+
+def verify(program: Path, calls: Calls, verifier: subprocess.Popen[str], log: Any = None, data: Path | None = None,
+           static: StaticDecoderLayout | None = None) -> Measurement:
+    """Run `program` (and its external `data`) in the waiting `verifier` on `calls` and measure it against
+    eager. `static`: the program is a decoder in the static form, its `forward` calls made through the
+    driver (pipeline/host/static_decoding.py), as an app makes them."""
+    ran = _run(program, calls, verifier, log, data, static)
+    return ran if isinstance(ran, Measurement) else _measured(calls, ran)
+
+
+def _run(program: Path, calls: Calls, verifier: subprocess.Popen[str], log: Any, data: Path | None,
+         static: StaticDecoderLayout | None) -> dict[str, Any] | Measurement:
+    """What the runtime returned for every call (and its timings), or why it did not."""
     import torch
 
-    from deployc.graph.metrics import text_metrics
-    from deployc.graph.parity import leading_matches
-
-    sequences, texts = sequences or [], texts or []
-    generating = ({i for s in sequences for i in s} | {i for window, _ in texts for i in window}
-                  | set(task.checks if task else []))
-    forward = [i for i, (method, _, _) in enumerate(checks) if method == "forward" and i not in generating]
+    apart = calls.judged_apart()
+    forward = [i for i, (method, _, _) in enumerate(calls.checks) if method == "forward" and i not in apart]
     with tempfile.TemporaryDirectory(prefix="deployc-verify-") as tmp:
         inputs_path, outputs_path = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
-        torch.save({"checks": [(method, inputs) for method, _, inputs in checks],
+        torch.save({"checks": [(method, inputs) for method, _, inputs in calls.checks],
                     # A static decoder's figure is a decode call's (seq 1, the first point): its middle point
                     # is several prefill calls, each of them as slow as the emulator makes them.
                     "timed": forward[0] if static else forward[len(forward) // 2],
                     "static_decoder": static.model_dump() if static else None}, inputs_path)
         try:
-            job = f"{pte} {inputs_path} {outputs_path}" + (f" {data}" if data else "")
+            job = f"{program} {inputs_path} {outputs_path}" + (f" {data}" if data else "")
             _, stderr = verifier.communicate(job + "\n", timeout=VERIFY_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             verifier.kill()
@@ -116,10 +135,18 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
             log.write(stderr)
         if verifier.returncode != 0:
             return Measurement(status="error", reason=crash_reason(stderr, verifier.returncode))
-        result = torch.load(outputs_path, weights_only=True)
+        result: dict[str, Any] = torch.load(outputs_path, weights_only=True)
+        return result
+
+
+def _measured(calls: Calls, result: dict[str, Any]) -> Measurement:
+    from deployc.graph.metrics import text_metrics
+
+    outputs = result["outputs"]
+    apart = calls.judged_apart()
     measured = []
-    for i, ((method, size, _), ref, got) in enumerate(zip(checks, references, result["outputs"])):
-        if i in generating:
+    for i, ((method, size, _), ref, got) in enumerate(zip(calls.checks, calls.references, outputs)):
+        if i in apart:
             continue
         if len(ref) != len(got):
             return Measurement(status="error", reason=f"program returned {len(got)} outputs, eager {len(ref)}")
@@ -128,30 +155,44 @@ def verify(pte: Path, checks: list[Check], references: list[list[Any]], verifier
         except ValueError as exc:
             return Measurement(status="error", reason=f"at {size}: {exc}")
         measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
-    tokens = None
-    if sequences:
-        leading = [leading_matches([references[i] for i in s], [result["outputs"][i] for i in s]) for s in sequences]
-        tokens = TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=min(leading),
-                             identical=sum(n == len(s) for n, s in zip(leading, sequences)))
     text = shipped = None
-    if texts:
-        positions = []  # a call scores its last position, or (a static decoder's `score`) every one of them
-        for window, targets in texts:
-            refs = [row for i in window for row in references[i][0].reshape(-1, references[i][0].shape[-1])]
-            gots = [row for i in window for row in result["outputs"][i][0].reshape(-1, references[i][0].shape[-1])]
-            positions += list(zip(refs, gots, targets))
+    if calls.texts:
+        positions = _scored_positions(calls, outputs)
         try:
-            text = text_metrics(text_file, positions)
-            shipped = text_metrics("self-test", positions[:self_test_positions]) if self_test_positions else None
+            text = text_metrics(calls.text_file, positions)
+            shipped = (text_metrics("self-test", positions[:calls.self_test_positions])
+                       if calls.self_test_positions else None)
         except ValueError as exc:
             return Measurement(status="error", reason=str(exc))
     try:
-        measured_task = task_measure(task, references, result["outputs"]) if task else None
+        measured_task = task_measure(calls.task, calls.references, outputs) if calls.task else None
     except ValueError as exc:
         return Measurement(status="error", reason=str(exc))
-    return Measurement(status="measured", points=measured, summary=summarize(measured), tokens=tokens, text=text,
-                       self_test_text=shipped, task=measured_task,
+    return Measurement(status="measured", points=measured, summary=summarize(measured),
+                       tokens=_token_parity(calls, outputs), text=text, self_test_text=shipped, task=measured_task,
                        latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))
+
+
+def _token_parity(calls: Calls, outputs: list[list[Any]]) -> TokenParity | None:
+    from deployc.graph.parity import leading_matches
+
+    sequences, references = calls.sequences, calls.references
+    if not sequences:
+        return None
+    leading = [leading_matches([references[i] for i in s], [outputs[i] for i in s]) for s in sequences]
+    return TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=min(leading),
+                       identical=sum(n == len(s) for n, s in zip(leading, sequences)))
+
+
+def _scored_positions(calls: Calls, outputs: list[list[Any]]) -> list[tuple[Any, Any, int]]:
+    """Per held-out position: eager's logits, the program's, the token that came next. A call scores its last
+    position, or (a static decoder's `score`) every one of them."""
+    positions = []
+    for window, targets in calls.texts:
+        refs = [row for i in window for row in calls.references[i][0].reshape(-1, calls.references[i][0].shape[-1])]
+        gots = [row for i in window for row in outputs[i][0].reshape(-1, calls.references[i][0].shape[-1])]
+        positions += list(zip(refs, gots, targets))
+    return positions
 
 
 @dataclass(frozen=True)
@@ -169,17 +210,17 @@ def task_measure(task: TaskChecks, references: list[list[Any]], outputs: list[li
                         [outputs[i][0].float().numpy() for i in task.checks])
 
 
-def verify_reference(module: Any, checks: list[Check], references: list[list[Any]], ran_on: str,
-                     task: TaskChecks | None = None) -> Measurement:
+def verify_reference(module: Any, calls: Calls, ran_on: str) -> Measurement:
     """The lowered graph (a PyTorch module whose operators are the backend's reference kernels) run on the
     verification points in this process, compared with eager like a program's outputs. What verifies
     a backend this host's runtime cannot run (Cortex-M): honest about what ran (`ran_on`)."""
     import torch
 
+    task = calls.task
     measured: list[PointMetrics] = []
     outputs: list[list[Any]] = []
     with torch.no_grad():
-        for (method, size, inputs), ref in zip(checks, references):
+        for (method, size, inputs), ref in zip(calls.checks, calls.references):
             try:
                 got = module(*inputs)
             except Exception as exc:
@@ -196,7 +237,7 @@ def verify_reference(module: Any, checks: list[Check], references: list[list[Any
             metrics = [compare(r.float().numpy(), g.float().numpy()) for r, g in zip(ref, got)]
             measured.append(PointMetrics(method=method, dims=size, outputs=metrics))
     try:
-        measured_task = task_measure(task, references, outputs) if task else None
+        measured_task = task_measure(task, calls.references, outputs) if task else None
     except ValueError as exc:
         return Measurement(status="error", ran_on=ran_on, reason=str(exc))
     return Measurement(status="measured", points=measured, summary=summarize(measured), ran_on=ran_on,

@@ -1,10 +1,12 @@
 """Build one program of a plan, end to end, into a folder. Runs inside a worker process.
 
-load -> example inputs + eager references -> quantize/export -> lower -> serialize -> verify (in a
-child process) -> facts. A verification that missed its tolerance is a fact, not a failure (rebuilding
-would give the same bytes); a step that raises fails the program. Library output (torchao, torch, the
-runtime's C++ logging) goes to the unit's log file, not the user's terminal. build/program_job.py puts
-what this makes into the cache.
+A build is a list of steps over one record (`Build`: what each step reads and what it leaves). Every form of
+program (an ExecuTorch program, a decoder in the static form, a LiteRT program) starts with the same two
+steps (load; eager's reference calls and the self-test vectors), takes its own steps to a serialized
+program (`FORMS`), and ends with the same tail (verify, facts). A verification that missed its tolerance is
+a fact, not a failure (rebuilding would give the same bytes); a step that raises fails the program. Library
+output (torchao, torch, the runtime's C++ logging) goes to the unit's log file, not the user's terminal.
+build/program_job.py puts what this makes into the cache.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -25,16 +28,20 @@ from deployc.core.facts import (
     FACTS_FILE,
     PROGRAM_DATA_FILE,
     PROGRAM_FILE,
+    FloatFallback,
+    Measurement,
     ProgramFacts,
     Signature,
     TensorFacts,
 )
 from deployc.core.faults import fault_point
 from deployc.core.library_output import captured
-from deployc.plan.build_plan import NOT_JUDGED_SQNR, Export, UnitPlan
+from deployc.core.pte import MethodFacts
+from deployc.core.static_decoder import StaticDecoderLayout
+from deployc.plan.build_plan import NOT_JUDGED_SQNR, Export, InputPlan, UnitPlan
 
 if TYPE_CHECKING:
-    from deployc.graph.verify import TaskChecks
+    from deployc.graph.verify import Calls, TaskChecks
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,12 +79,73 @@ def emit(event: Event) -> None:
         _sink(event)
 
 
+@dataclass
+class Build:
+    """What the steps of one program's build read and leave, in the order they leave it."""
+
+    unit: UnitPlan
+    folder: Path  # the manifest's: model code, checkpoints, calibration data
+    staging: Path  # where the program and its files are written
+    at: Callable[[str], None]  # told each step's name before it runs
+    verifier: subprocess.Popen[str] | None = None  # the runtime's process, waiting for its job (None: not run)
+    log: IO[str] | None = None
+    etrecord: Path | None = None  # also write the program's ETRecord there (deployc build --etrecord)
+    durations: dict[str, float] = field(default_factory=dict)
+    clock: float = field(default_factory=time.perf_counter)
+    # load, reference_calls:
+    model: Any = None
+    examples: dict[str, list[Any]] = field(default_factory=dict)  # per method: the inputs it is exported at
+    calls: Calls | None = None
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    # the form's steps:
+    programs: dict[str, Any] = field(default_factory=dict)  # per method: the exported (and quantized) program
+    external: bool = False  # the weights go to a data file beside the program
+    float_layers: list[str] = field(default_factory=list)
+    fallback: FloatFallback | None = None
+    static: Any = None  # a decoder's static form (the module) ...
+    shapes: StaticDecoderLayout | None = None  # ... and how an app drives it
+    executorch: Any = None  # ExecuTorch's program manager
+    reference: Any = None  # the lowered forward on the backend's reference kernels, where this host verifies so
+    graph: dict[str, Any] = field(default_factory=dict)  # delegation facts of the lowered graphs
+    methods: dict[str, MethodFacts] = field(default_factory=dict)
+    format: str = "pte"
+    program: Path | None = None
+    data: Path | None = None
+    measurement: Measurement | None = None
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.durations[name] = round(now - self.clock, 3)
+        self.clock = now
+
+    @property
+    def judged(self) -> Calls:
+        assert self.calls is not None, "reference_calls runs before any step that reads the calls"
+        return self.calls
+
+    @property
+    def written(self) -> Path:
+        assert self.program is not None, "a form's steps write the program before the tail reads it"
+        return self.program
+
+
 def build_into(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
                log_file: Path | None) -> None:
     """Build `unit`'s program and its facts into `staging`. Library output goes to `log_file` (None: left
     where it is); a step that fails raises, its name given to `at` before it began."""
+    from deployc.graph.verify import start_verifier
+    from deployc.targets.backends import BACKENDS
+
     with captured(log_file, f"{unit.label} program {unit.program_key[:12]}") as log_stream:
-        facts = _build(unit, folder, staging, at, log_stream)
+        BACKENDS[unit.backend].activate()  # before the verifier starts: it inherits what this sets up
+        # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
+        verifier = start_verifier() if unit.verify.run and not unit.verify.host_reference else None
+        try:
+            facts = run(Build(unit, folder, staging, at, verifier, log_stream))
+        finally:
+            if verifier is not None and verifier.poll() is None:
+                verifier.kill()
+                verifier.wait()
     (staging / FACTS_FILE).write_text(facts.model_dump_json(indent=2))
 
 
@@ -88,22 +156,325 @@ def record(unit: UnitPlan, folder: Path, staging: Path) -> None:
     from deployc.targets.backends import BACKENDS
 
     BACKENDS[unit.backend].activate()
-    _build_steps(unit, folder, staging, lambda _step: None, None, None, staging / ETRECORD_FILE)
+    run(Build(unit, folder, staging, lambda _step: None, etrecord=staging / ETRECORD_FILE))
 
 
-def _build(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None], log: IO[str] | None) -> ProgramFacts:
-    from deployc.graph.verify import start_verifier
+Step = Callable[[Build], None]
+
+
+@_one_thread
+def run(b: Build) -> ProgramFacts:
+    """The evaluator: the shared head, the form's steps, the shared tail; then the program's facts."""
+    for step in (load, reference_calls, *FORMS[form(b.unit)], verify_program):
+        step(b)
+    return facts(b)
+
+
+def form(unit: UnitPlan) -> str:
     from deployc.targets.backends import BACKENDS
 
-    BACKENDS[unit.backend].activate()  # before the verifier starts: it inherits what this sets up
-    # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
-    verifier = start_verifier() if unit.verify.run and not unit.verify.host_reference else None
-    try:
-        return _build_steps(unit, folder, staging, at, verifier, log)
-    finally:
-        if verifier is not None and verifier.poll() is None:
-            verifier.kill()
-            verifier.wait()
+    if BACKENDS[unit.backend].format == "tflite":
+        return "litert"
+    return "static" if unit.export.static is not None else "executorch"
+
+
+# ---- the head: every form ---------------------------------------------------------------------------------
+def load(b: Build) -> None:
+    from deployc.graph.model import load_model
+    from deployc.targets.backends import BACKENDS
+
+    b.at("load")
+    b.model = load_model(b.unit.load, b.folder)
+    BACKENDS[b.unit.backend].adapt_model(b.model, b.unit.quantize.recipe)
+
+
+def _methods(export: Export) -> list[tuple[str, str, list[InputPlan]]]:
+    """(name, the model's function, inputs): forward first, then the further methods; all share the dims."""
+    return [("forward", "forward", export.inputs)] + [(m.name, m.function, m.inputs) for m in export.methods]
+
+
+def reference_calls(b: Build) -> None:
+    """Eager's outputs on every verification input, task sample, prompt and held-out window; the self-test
+    vectors the bundle ships; each method's signature."""
+    from deployc.graph.inputs import export_point, make_inputs
+    from deployc.graph.verify import Calls, output_facts
+
+    export, methods = b.unit.export, _methods(b.unit.export)
+    b.examples = {name: make_inputs(inputs, export_point(export.dims), export.seed) for name, _, inputs in methods}
+    checks, first = _verification_inputs(b.unit, methods)
+    references = _eager_outputs(b, methods, checks)
+    points = [(name, point, inp, ref) for (name, point, inp), ref, shipped in zip(checks, references, first) if shipped]
+    calls = Calls(checks, references, task=_task_checks(b.unit, b.model, b.folder, checks, references),
+                  text_file=export.text.file if export.text else "")
+    windows = _text_calls(b, calls) if b.unit.verify.generate else []
+    samples = ((calls.task.data.measure_spec(), [(*checks[i], references[i]) for i in calls.task.checks])
+               if calls.task is not None else None)
+    calls.self_test_positions = self_test_vectors.write(b.staging / self_test_vectors.SELF_TEST_FILE, points,
+                                                        windows, samples)
+    b.calls = calls
+    b.lap("load")
+    outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
+               for name, _, _ in methods}
+    b.signatures = {name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
+                                            for i in inputs], outputs=outputs[name])
+                    for name, _, inputs in methods}
+
+
+def _verification_inputs(unit: UnitPlan, methods: list[tuple[str, str, list[InputPlan]]]
+                         ) -> tuple[list[tuple[str, dict[str, int], list[Any]]], list[bool]]:
+    """(method, dims, inputs) at every point, each round one input at every point, seeded apart; and which
+    are a point's first input (the bundle's self-test vectors)."""
+    from deployc.graph.inputs import make_inputs
+
+    checks: list[tuple[str, dict[str, int], list[Any]]] = []
+    first: list[bool] = []
+    points, seed = unit.verify.points, unit.export.seed
+    for name, _, inputs in methods:
+        for j in range(unit.verify.inputs):
+            checks += [(name, p, make_inputs(inputs, p, seed + 1 + i + len(points) * j)) for i, p in enumerate(points)]
+            first += [j == 0] * len(points)
+    return checks, first
+
+
+def _eager_outputs(b: Build, methods: list[tuple[str, str, list[InputPlan]]],
+                   checks: list[tuple[str, dict[str, int], list[Any]]]) -> list[list[Any]]:
+    import torch
+
+    functions = {name: getattr(b.model, function) for name, function, _ in methods}
+    references = []
+    with torch.no_grad():
+        for name, point, inp in checks:
+            try:
+                references.append([t.detach().clone() for t in _flatten(functions[name](*inp))])
+            except Exception as exc:
+                if name != "forward" or not b.unit.export.dims:
+                    raise
+                b.at("export")  # what torch.export makes of the declared dims says why
+                raise _failing_point(b.model, b.unit.export, point, exc) from exc
+    return references
+
+
+def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]]:
+    """A decoder's greedy generation from each prompt and its calls on the held-out text, appended to `calls`;
+    returns the held-out windows as the self-test vectors carry them."""
+    from deployc.graph.parity import generation_checks, scored, text_checks
+
+    export = b.unit.export
+    windows = []
+    context = int(b.unit.lower.constants.get("max_seq_len", 0))
+    for more, refs in generation_checks(b.model, export, b.unit.verify.generate, context, export.seed):
+        calls.sequences.append(list(range(len(calls.checks), len(calls.checks) + len(more))))
+        calls.checks += more
+        calls.references += refs
+    for more, refs, targets in text_checks(b.model, export):
+        windows.append([(m, p, inp, ref, t) for (m, p, inp), ref, t in zip(more, refs, targets)])
+        if export.static is not None:  # one call reads the window in prefill chunks (the emulator is slow)
+            more, refs = scored(more, refs)
+        calls.texts.append((list(range(len(calls.checks), len(calls.checks) + len(more))), targets))
+        calls.checks += more
+        calls.references += refs
+    return windows
+
+
+# ---- an ExecuTorch program ---------------------------------------------------------------------------------
+def quantize_weights(b: Build) -> None:
+    """torchao's schemes quantize the eager model's linears (and embedding tables) before export."""
+    import torch
+
+    from deployc.graph.quantize import (
+        input_ranks,
+        looked_up_embeddings,
+        quantize_embeddings,
+        share_tied_int4_tables,
+        tied_embeddings,
+        torchao_quantize,
+    )
+    from deployc.targets.backends import BACKENDS
+
+    recipe, backend = b.unit.quantize.recipe, BACKENDS[b.unit.backend]
+    if recipe.method != "torchao":
+        return
+    b.at("quantize")
+    # Only a data file shares bytes between the embedding kernel's table and XNNPACK's weights.
+    tied = (tied_embeddings(b.model, recipe.group_size)
+            if recipe.embedding_bits == 4 and recipe.group_size and b.unit.serialize.external_weights else [])
+    b.model = torchao_quantize(b.model, backend.quantizer(recipe, b.unit.lower.options), recipe.group_size,
+                               input_ranks(b.model, b.examples["forward"], torch.nn.Linear))
+    if recipe.embedding_bits:
+        share_tied_int4_tables(b.model, tied)
+        group = recipe.group_size if recipe.embedding_bits == 4 else None
+        quantize_embeddings(b.model, backend.embedding_quantizer(recipe), group,
+                            looked_up_embeddings(b.model, b.examples["forward"]))
+    b.lap("quantize")
+
+
+def export(b: Build) -> None:
+    from deployc.graph.export import MethodModule, export_model
+    from deployc.graph.quantize import LAYERS, stayed_float
+
+    export = b.unit.export
+    b.at("export")
+    b.programs = {name: export_model(b.model if name == "forward" else MethodModule(b.model, function),
+                                     b.examples[name], inputs, export.dims, by_name=name == "forward")
+                  for name, function, inputs in _methods(export)}
+    fault_point("export")
+    b.lap("export")
+    b.external = b.unit.serialize.external_weights
+    if b.unit.quantize.recipe.method == "torchao":  # linears only: a convolution stays float, said as PT2E's are
+        b.float_layers = stayed_float(b.programs["forward"].graph_module, LAYERS)
+
+
+def quantize_activations(b: Build) -> None:
+    """PT2E's schemes quantize the exported forward, calibrated (single-method programs: the manifest refuses
+    the rest), with the float fallback where the recipe allows one."""
+    from deployc.graph.export import export_model
+    from deployc.graph.quantize import calibration_samples, pt2e_quantize
+    from deployc.targets.backends import BACKENDS
+
+    recipe, export = b.unit.quantize.recipe, b.unit.export
+    if recipe.method != "pt2e":
+        return
+    b.at("quantize")
+    b.programs["forward"], b.float_layers, b.fallback = pt2e_quantize(
+        b.programs["forward"], BACKENDS[b.unit.backend].quantizer(recipe, b.unit.lower.options),
+        calibration_samples(recipe, export, b.folder),
+        lambda m: export_model(m, b.examples["forward"], export.inputs, export.dims),
+        _fallback_target(b.unit) if recipe.float_fallback else None)
+    b.lap("quantize")
+
+
+def lower(b: Build) -> None:
+    from deployc.core.pte import method_facts
+    from deployc.graph.lower import lower_program
+
+    b.at("lower")
+    b.graph, b.executorch, b.reference = lower_program(b.programs, b.unit.lower, b.unit.quantize.recipe, b.external,
+                                                       b.etrecord)
+    b.methods = method_facts(b.executorch.executorch_program)
+    b.lap("lower")
+
+
+def serialize(b: Build) -> None:
+    from deployc.graph.lower import WEIGHTS_TAG
+
+    b.at("serialize")
+    b.program = b.staging / PROGRAM_FILE
+    b.program.write_bytes(b.executorch.buffer)
+    if b.external:
+        b.data = b.staging / PROGRAM_DATA_FILE
+        with tempfile.TemporaryDirectory(dir=b.staging) as tmp:
+            b.executorch.write_tensor_data_to_file(tmp)
+            written = sorted(Path(tmp).iterdir())
+            if [p.name for p in written] != [f"{WEIGHTS_TAG}.ptd"]:
+                raise BuildError(f"external weights: expected one data file, ExecuTorch wrote "
+                                 f"{[p.name for p in written] or 'none'}")
+            written[0].replace(b.data)
+    b.lap("serialize")
+
+
+# ---- a decoder in the static form (graph/static_decoder.py) ---------------------------------------------
+def export_static_form(b: Build) -> None:
+    """The decoder's prefill and decode methods, KV caches in and out."""
+    from deployc.graph.static_decoder import export_static, static_form
+
+    assert b.unit.export.static is not None
+    b.at("export")
+    b.static, b.shapes = static_form(b.model, b.unit.export.static)
+    b.programs = export_static(b.static, b.shapes)
+    b.lap("export")
+
+
+def quantize_static_form(b: Build) -> None:
+    """Each method quantized on text read through the driver, as an app calls it."""
+    from deployc.graph.quantize import pt2e_quantize
+    from deployc.graph.static_decoder import calibration_calls, example_inputs
+    from deployc.targets.backends import BACKENDS
+
+    recipe, shapes = b.unit.quantize.recipe, b.shapes
+    if recipe.method != "pt2e" or shapes is None:
+        return
+    b.at("quantize")
+    calls = calibration_calls(b.static, shapes, _calibration_text(b.unit, b.static.decoder.config.vocab_size))
+    quantizer = BACKENDS[b.unit.backend].quantizer(recipe, b.unit.lower.options)
+    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+        b.programs[name], _, _ = pt2e_quantize(b.programs[name], quantizer, calls[name],
+                                               _exporter(example_inputs(b.static.decoder, shapes.context, chunk)))
+    b.lap("quantize")
+
+
+def static_signatures(b: Build) -> None:
+    """The prefill and decode methods' signatures, from one eager call of each."""
+    import torch
+
+    from deployc.graph.static_decoder import example_inputs
+
+    shapes = b.shapes
+    assert shapes is not None
+    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+        inputs = example_inputs(b.static.decoder, shapes.context, chunk)
+        with torch.no_grad():
+            outputs = b.static(*inputs)
+        b.signatures[name] = Signature(inputs=_tensor_facts(shapes.input_names(), inputs),
+                                       outputs=_tensor_facts(shapes.output_names(), outputs))
+
+
+# ---- a LiteRT program --------------------------------------------------------------------------------------
+def convert(b: Build) -> None:
+    """litert-torch converts (and quantizes) the eager model into a .tflite, which the verifier runs through
+    the LiteRT interpreter against the same references."""
+    from deployc.core.facts import program_file
+    from deployc.core.tflite import operators
+    from deployc.targets.backends import BACKENDS
+
+    if b.etrecord is not None:
+        raise BuildError("an ETRecord is ExecuTorch's; a LiteRT program has none")
+    b.at("lower")
+    edge = BACKENDS[b.unit.backend].convert(b.model, b.examples["forward"], b.unit.quantize.recipe)
+    b.lap("lower")
+    b.at("serialize")
+    b.format, b.program = "tflite", b.staging / program_file("tflite")
+    edge.export(str(b.program))
+    b.lap("serialize")
+    forward = b.signatures["forward"]
+    b.methods = {"forward": MethodFacts(planned_memory_bytes=0, operators=operators(b.program), delegates=[],
+                                        inputs=len(forward.inputs), outputs=len(forward.outputs))}
+    b.graph = {"delegates": {}, "delegated_ops": 0, "total_ops": 0, "delegated_share": 0.0, "non_delegated_ops": []}
+
+
+FORMS: dict[str, tuple[Step, ...]] = {
+    "executorch": (quantize_weights, export, quantize_activations, lower, serialize),
+    "static": (export_static_form, quantize_static_form, lower, serialize, static_signatures),
+    "litert": (convert,),
+}
+
+
+# ---- the tail: every form ---------------------------------------------------------------------------------
+def verify_program(b: Build) -> None:
+    """On the backend's reference kernels in this process, in this host's runtime, or not run (and why)."""
+    from deployc.graph.verify import verify, verify_reference
+
+    host_reference = b.unit.verify.host_reference
+    if b.reference is not None and host_reference:
+        b.at("verify")
+        b.measurement = verify_reference(b.reference, b.judged, host_reference)
+        b.lap("verify")
+    elif b.verifier is not None:
+        b.at("verify")
+        b.measurement = verify(b.written, b.judged, b.verifier, b.log, b.data, b.shapes)
+        b.lap("verify")
+    else:
+        b.measurement = Measurement(status="not-run", reason=b.unit.verify.reason)
+
+
+def facts(b: Build) -> ProgramFacts:
+    unit = b.unit
+    assert b.measurement is not None
+    return ProgramFacts(
+        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization, format=b.format,
+        size_bytes=b.written.stat().st_size, data_bytes=b.data.stat().st_size if b.data else 0,
+        dims=unit.export.dims, signatures=b.signatures, methods=b.methods, measurement=b.measurement,
+        durations_s=b.durations, stayed_float=b.float_layers, float_fallback=b.fallback, static_decoder=b.shapes,
+        **b.graph)
 
 
 def _failing_point(model: Any, export: Export, point: dict[str, int], failure: Exception) -> BuildError:
@@ -132,178 +503,6 @@ def _flatten(value: Any) -> list[Any]:
     import torch.utils._pytree as pytree
 
     return list(pytree.tree_leaves(value))
-
-
-@_one_thread
-def _build_steps(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], None],
-                 verifier: subprocess.Popen[str] | None, log: IO[str] | None,
-                 etrecord: Path | None = None) -> ProgramFacts:
-    """etrecord: also write the program's ETRecord there (deployc build --etrecord)."""
-    import torch
-
-    from deployc.core.facts import Measurement
-    from deployc.core.pte import method_facts
-    from deployc.graph.export import MethodModule, export_model
-    from deployc.graph.inputs import export_point, make_inputs
-    from deployc.graph.lower import WEIGHTS_TAG, lower_program
-    from deployc.graph.model import load_model
-    from deployc.graph.quantize import (
-        LAYERS,
-        calibration_samples,
-        input_ranks,
-        looked_up_embeddings,
-        pt2e_quantize,
-        quantize_embeddings,
-        share_tied_int4_tables,
-        stayed_float,
-        tied_embeddings,
-        torchao_quantize,
-    )
-    from deployc.graph.verify import output_facts, verify, verify_reference
-    from deployc.targets.backends import BACKENDS
-
-    export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
-    backend = BACKENDS[unit.backend]
-    durations: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        durations[name] = round(now - clock, 3)
-        clock = now
-
-    at("load")
-    model = load_model(unit.load, folder)
-    backend.adapt_model(model, recipe)
-    # forward first, then the further methods; each has its own inputs, all share the dims.
-    signatures = [("forward", "forward", export.inputs)] + [(m.name, m.function, m.inputs) for m in export.methods]
-    examples = {name: make_inputs(inputs, export_point(export.dims), export.seed) for name, _, inputs in signatures}
-    checks: list[tuple[str, dict[str, int], list[Any]]] = []  # (method, dims, inputs) at every point
-    first: list[bool] = []  # a point's first input: the bundle's self-test vectors
-    verify_points = unit.verify.points
-    for name, _, inputs in signatures:  # each round one input at every point, seeded apart
-        for j in range(unit.verify.inputs):
-            checks += [(name, p, make_inputs(inputs, p, export.seed + 1 + i + len(verify_points) * j))
-                       for i, p in enumerate(verify_points)]
-            first += [j == 0] * len(verify_points)
-    functions = {name: getattr(model, function) for name, function, _ in signatures}
-    references = []
-    with torch.no_grad():
-        for name, point, inp in checks:
-            try:
-                references.append([t.detach().clone() for t in _flatten(functions[name](*inp))])
-            except Exception as exc:
-                if name != "forward" or not export.dims:
-                    raise
-                at("export")  # what torch.export makes of the declared dims says why
-                raise _failing_point(model, export, point, exc) from exc
-    points = [(name, point, inp, ref) for (name, point, inp), ref, shipped in zip(checks, references, first) if shipped]
-    task = _task_checks(unit, model, folder, checks, references)
-    sequences: list[list[int]] = []
-    texts: list[tuple[list[int], list[int]]] = []
-    windows: list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]] = []
-    if unit.verify.generate:
-        from deployc.graph.parity import generation_checks, scored, text_checks
-
-        context = int(unit.lower.constants.get("max_seq_len", 0))
-        for calls, refs in generation_checks(model, export, unit.verify.generate, context, export.seed):
-            sequences.append(list(range(len(checks), len(checks) + len(calls))))
-            checks += calls
-            references += refs
-        for calls, refs, targets in text_checks(model, export):
-            windows.append([(m, p, inp, ref, t) for (m, p, inp), ref, t in zip(calls, refs, targets)])
-            if export.static is not None:  # one call reads the window in prefill chunks (the emulator is slow)
-                calls, refs = scored(calls, refs)
-            texts.append((list(range(len(checks), len(checks) + len(calls))), targets))
-            checks += calls
-            references += refs
-    samples = ((task.data.measure_spec(), [(*checks[i], references[i]) for i in task.checks])
-               if task is not None else None)
-    self_test_positions = self_test_vectors.write(staging / self_test_vectors.SELF_TEST_FILE, points, windows,
-                                                  samples)
-    lap("load")
-    outputs = {name: output_facts([r for (m, _, _), r in zip(checks, references) if m == name])
-               for name, _, _ in signatures}
-    signature_facts = {name: Signature(inputs=[TensorFacts(name=i.name, dtype=i.dtype, shape=list(i.shape))
-                                               for i in inputs], outputs=outputs[name])
-                       for name, _, inputs in signatures}
-    if backend.format == "tflite":
-        if etrecord is not None:
-            raise BuildError("an ETRecord is ExecuTorch's; a LiteRT program has none")
-        return _convert_litert(unit, model, examples["forward"], checks, references, staging, at, lap, verifier,
-                               log, durations, signature_facts, (sequences, texts, self_test_positions), task)
-
-    if export.static is not None:
-        return _build_static(unit, model, checks, references, staging, at, lap, verifier, log, durations,
-                             signature_facts, (sequences, texts, self_test_positions), etrecord)
-
-    at("quantize" if recipe.method == "torchao" else "export")
-    if recipe.method == "torchao":
-        # Only a data file shares bytes between the embedding kernel's table and XNNPACK's weights.
-        tied = (tied_embeddings(model, recipe.group_size)
-                if recipe.embedding_bits == 4 and recipe.group_size and unit.serialize.external_weights else [])
-        model = torchao_quantize(model, backend.quantizer(recipe, lower.options), recipe.group_size,
-                                 input_ranks(model, examples["forward"], torch.nn.Linear))
-        if recipe.embedding_bits:
-            share_tied_int4_tables(model, tied)
-            group = recipe.group_size if recipe.embedding_bits == 4 else None
-            quantize_embeddings(model, backend.embedding_quantizer(recipe), group,
-                                looked_up_embeddings(model, examples["forward"]))
-        lap("quantize")
-        at("export")
-    programs = {name: export_model(model if name == "forward" else MethodModule(model, function), examples[name],
-                                   inputs, export.dims, by_name=name == "forward")
-                for name, function, inputs in signatures}
-    fault_point("export")
-    lap("export")
-    # torchao's schemes quantize linears only: a convolution stays float, said as PT2E's leftovers are.
-    float_layers = stayed_float(programs["forward"].graph_module, LAYERS) if recipe.method == "torchao" else []
-    fallback = None
-    if recipe.method == "pt2e":  # single-method programs only (the manifest refuses the rest)
-        at("quantize")
-        programs["forward"], float_layers, fallback = pt2e_quantize(
-            programs["forward"], backend.quantizer(recipe, lower.options), calibration_samples(recipe, export, folder),
-            lambda m: export_model(m, examples["forward"], export.inputs, export.dims),
-            _fallback_target(unit) if recipe.float_fallback else None)
-        lap("quantize")
-
-    at("lower")
-    external = unit.serialize.external_weights
-    graph, program, reference = lower_program(programs, lower, recipe, external, etrecord)
-    methods = method_facts(program.executorch_program)
-    lap("lower")
-    at("serialize")
-    pte = staging / PROGRAM_FILE
-    pte.write_bytes(program.buffer)
-    data = None
-    if external:
-        data = staging / PROGRAM_DATA_FILE
-        with tempfile.TemporaryDirectory(dir=staging) as tmp:
-            program.write_tensor_data_to_file(tmp)
-            written = sorted(Path(tmp).iterdir())
-            if [p.name for p in written] != [f"{WEIGHTS_TAG}.ptd"]:
-                raise BuildError(f"external weights: expected one data file, ExecuTorch wrote "
-                                 f"{[p.name for p in written] or 'none'}")
-            written[0].replace(data)
-    lap("serialize")
-
-    if reference is not None and unit.verify.host_reference:
-        at("verify")
-        measurement = verify_reference(reference, checks, references, unit.verify.host_reference, task)
-        lap("verify")
-    elif verifier is not None:
-        at("verify")
-        measurement = verify(pte, checks, references, verifier, log, sequences, data, texts,
-                             export.text.file if export.text else "", self_test_positions, task=task)
-        lap("verify")
-    else:
-        measurement = Measurement(status="not-run", reason=unit.verify.reason)
-    return ProgramFacts(
-        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
-        size_bytes=pte.stat().st_size, data_bytes=data.stat().st_size if data else 0, dims=export.dims,
-        signatures=signature_facts, methods=methods, measurement=measurement, durations_s=durations,
-        stayed_float=float_layers, float_fallback=fallback, **graph)
 
 
 # Held-out samples the float fallback measures a static scheme on, spread over the verification points:
@@ -355,66 +554,6 @@ def _task_checks(unit: UnitPlan, model: Any, folder: Path, checks: list[Any], re
     return TaskChecks(checks=list(range(start, len(checks))), data=data)
 
 
-def _build_static(unit: UnitPlan, model: Any, checks: list[Any], references: list[Any], staging: Path,
-                  at: Callable[[str], None], lap: Callable[[str], None], verifier: subprocess.Popen[str] | None,
-                  log: IO[str] | None, durations: dict[str, float], signatures: dict[str, Signature],
-                  judged: tuple[list[list[int]], list[tuple[list[int], list[int]]], int],
-                  etrecord: Path | None = None) -> ProgramFacts:
-    """A decoder in the static form (graph/static_decoder.py): its prefill and decode methods exported,
-    quantized on text read through the driver, lowered; verified through the driver against the
-    cached decoder's `forward` calls, like any decoder program."""
-    import torch
-
-    from deployc.core.facts import Measurement
-    from deployc.core.pte import method_facts
-    from deployc.graph.lower import lower_program
-    from deployc.graph.quantize import pt2e_quantize
-    from deployc.graph.static_decoder import calibration_calls, example_inputs, export_static, static_form
-    from deployc.graph.verify import verify
-    from deployc.targets.backends import BACKENDS
-
-    export, lower, recipe = unit.export, unit.lower, unit.quantize.recipe
-    assert export.static is not None
-    at("export")
-    static, shapes = static_form(model, export.static)
-    programs = export_static(static, shapes)
-    lap("export")
-    if recipe.method == "pt2e":
-        at("quantize")
-        calls = calibration_calls(static, shapes, _calibration_text(unit, static.decoder.config.vocab_size))
-        quantizer = BACKENDS[unit.backend].quantizer(recipe, lower.options)
-        for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
-            programs[name], _, _ = pt2e_quantize(programs[name], quantizer, calls[name],
-                                                 _exporter(example_inputs(static.decoder, shapes.context, chunk)))
-        lap("quantize")
-    at("lower")
-    graph, program, _ = lower_program(programs, lower, recipe, etrecord=etrecord)
-    methods = method_facts(program.executorch_program)
-    lap("lower")
-    at("serialize")
-    pte = staging / PROGRAM_FILE
-    pte.write_bytes(program.buffer)
-    lap("serialize")
-    sequences, texts, self_test_positions = judged
-    if verifier is not None:
-        at("verify")
-        measurement = verify(pte, checks, references, verifier, log, sequences, None, texts,
-                             export.text.file if export.text else "", self_test_positions, static=shapes)
-        lap("verify")
-    else:
-        measurement = Measurement(status="not-run", reason=unit.verify.reason)
-    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
-        inputs = example_inputs(static.decoder, shapes.context, chunk)
-        with torch.no_grad():
-            outputs = static(*inputs)
-        signatures[name] = Signature(inputs=_tensor_facts(shapes.input_names(), inputs),
-                                     outputs=_tensor_facts(shapes.output_names(), outputs))
-    return ProgramFacts(
-        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization,
-        size_bytes=pte.stat().st_size, dims=export.dims, signatures=signatures, methods=methods,
-        measurement=measurement, durations_s=durations, static_decoder=shapes, **graph)
-
-
 def _exporter(example: list[Any]) -> Callable[[Any], Any]:
     """Exports a quantized static method again at its own inputs."""
     from deployc.graph.export import export_model
@@ -440,45 +579,3 @@ def _calibration_text(unit: UnitPlan, vocab: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(recipe.calibration_seed or 0)
     length = min(form.context, 2 * form.prefill + 8)
     return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(recipe.calibration_samples or 1)]
-
-
-def _convert_litert(unit: UnitPlan, model: Any, example: list[Any], checks: list[Any], references: list[Any],
-                    staging: Path, at: Callable[[str], None], lap: Callable[[str], None],
-                    verifier: subprocess.Popen[str] | None, log: IO[str] | None, durations: dict[str, float],
-                    signatures: dict[str, Signature],
-                    decoding: tuple[list[list[int]], list[tuple[list[int], list[int]]], int],
-                    task: TaskChecks | None) -> ProgramFacts:
-    """The LiteRT path: litert-torch converts (and quantizes) the eager model into a .tflite, which the
-    verifier runs through the LiteRT interpreter against the same references."""
-    from deployc.core.facts import Measurement, program_file
-    from deployc.core.pte import MethodFacts
-    from deployc.core.tflite import operators
-    from deployc.graph.verify import verify
-    from deployc.targets.backends import BACKENDS
-
-    backend = BACKENDS[unit.backend]
-    at("lower")
-    edge = backend.convert(model, example, unit.quantize.recipe)
-    lap("lower")
-    at("serialize")
-    tflite = staging / program_file("tflite")
-    edge.export(str(tflite))
-    lap("serialize")
-    ops = operators(tflite)
-    if verifier is not None:
-        at("verify")
-        sequences, texts, self_test_positions = decoding  # a decoder's calls, judged as the .pte path does
-        measurement = verify(tflite, checks, references, verifier, log, sequences, None, texts,
-                             unit.export.text.file if unit.export.text else "", self_test_positions, task=task)
-        lap("verify")
-    else:
-        measurement = Measurement(status="not-run", reason=unit.verify.reason)
-    forward = signatures["forward"]
-    return ProgramFacts(
-        program_key=unit.program_key, backend=unit.backend, quantization=unit.quantization, format="tflite",
-        size_bytes=tflite.stat().st_size, dims=unit.export.dims, signatures=signatures,
-        methods={"forward": MethodFacts(planned_memory_bytes=0, operators=ops, delegates=[],
-                                        inputs=len(forward.inputs), outputs=len(forward.outputs))},
-        measurement=measurement, durations_s=durations, delegates={}, delegated_ops=0, total_ops=0,
-        delegated_share=0.0, non_delegated_ops=[])
-
