@@ -7,7 +7,8 @@ so that a user sees every problem at once, each pointing at its own line.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -245,102 +246,146 @@ class Manifest(Frozen):
         return v
 
 
+class Err(Protocol):
+    def __call__(self, path: tuple[str | int, ...], msg: str, hint: str | None = None, key: bool = False) -> None: ...
+
+
 def check_references(m: Manifest, doc: Document) -> list[Diagnostic]:
-    """Cross-field rules pydantic cannot see."""
+    """Cross-field rules pydantic cannot see: the manifest's own, then every model's (`MODEL_RULES`), each
+    problem located at its own line."""
     out: list[Diagnostic] = []
 
     def err(path: tuple[str | int, ...], msg: str, hint: str | None = None, key: bool = False) -> None:
         out.append(Diagnostic(doc.locate(path, key=key), msg, hint))
 
+    _targets_once(m, err)
+    for name, model in m.models.items():
+        for rule in MODEL_RULES:
+            rule(name, model, m, err)
+    return out
+
+
+def _targets_once(m: Manifest, err: Err) -> None:
     seen: dict[str, int] = {}
     for i, t in enumerate(m.targets):
         if t in seen:
             err(("targets", i), f"targets[{i}]: target '{t}' is listed twice")
         seen[t] = i
-    for name, model in m.models.items():
-        base = ("models", name)
-        src = model.source
-        if (src.factory is None) == (src.huggingface is None):
-            err((*base, "source"), f"models.{name}.source: give either `factory` or `huggingface` (one of them)")
-        if src.trust_remote_code:
-            err((*base, "source", "trust_remote_code"), f"models.{name}.source.trust_remote_code: refused: deployc "
-                "never runs code from a model directory", "remove it; models whose config needs custom code "
-                "(auto_map) cannot be built")
-        if src.huggingface is not None and src.kwargs:
-            err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face source takes no kwargs "
-                "(its config.json says how to build it)")
-        if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
-            err((*base,), f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
-                "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
-        verify_places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
-                                                                for t, o in model.overrides.items()]
-        for path, v in verify_places:
-            measure = TASK_MEASURES.get(model.task)
-            if v is not None and v.min_topk_overlap is not None and measure != "topk":
-                err((*path, "min_topk_overlap"), f"{'.'.join(map(str, path))}.min_topk_overlap: neighbour overlap "
-                    f"applies to embedding models (with verify.data); models.{name} has task {model.task}")
-            for field in ("tokens", "text", "max_perplexity_ratio", "max_kl", "min_top1"):
-                if field == "min_top1" and measure == "top1":  # a classifier's agreement on verify.data
-                    continue
-                if v is not None and getattr(v, field) and model.task != "text-generation":
-                    what = "token parity applies" if field == "tokens" else "held-out text checks apply"
-                    err((*path, field), f"{'.'.join(map(str, path))}.{field}: {what} to text-generation models; "
-                        f"models.{name} has task {model.task}")
-        _check_npu(name, model, err)
-        used: set[str] = set()
-        signatures = [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
-                                                      for meth, spec in model.methods.items()]
-        for where, inputs in signatures:
-            for inp_name, inp in inputs.items():
-                for j, dim in enumerate(inp.shape):
-                    if not isinstance(dim, str):
-                        continue
-                    used.add(dim)
-                    if dim not in model.dims:
-                        field = ".".join(where)
-                        err((*base, *where, inp_name, "shape", j),
-                            f"models.{name}.{field}.{inp_name}.shape[{j}]: dim '{dim}' is not declared under "
-                            f"models.{name}.dims",
-                            closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
-        schemes = [q.scheme for q in (model.quantization, *(o.quantization for o in model.overrides.values()))
-                   if q is not None and q.scheme is not None]  # a choice skips calibrated candidates instead
-        if model.methods and any(SCHEMES[q].calibrated for q in schemes):
-            err((*base, "methods"), f"models.{name}.methods: calibrated schemes (w8a8, 16a8w, 16a4w) support "
-                "only single-method programs", key=True)
-        for method in model.methods:
-            if method == "forward" or method.startswith("get_"):
-                err((*base, "methods", method), f"models.{name}.methods.{method}: 'forward' and names starting with "
-                    "'get_' (constant methods) are reserved", key=True)
-        for inp_name, inp in model.inputs.items():
-            if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
-                err((*base, "inputs", inp_name, "range"),
-                    f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
-        for dim_name, declared in model.dims.items():
-            _check_dim(declared, (*base, "dims", dim_name), f"models.{name}.dims.{dim_name}", err)
-            if dim_name not in used:
-                err((*base, "dims", dim_name), f"models.{name}.dims.{dim_name}: dim is declared but no input uses it",
-                    key=True)
-        _check_quant(model.quantization, (*base, "quantization"), f"models.{name}.quantization", err)
-        for target, ov in model.overrides.items():
-            if target not in m.targets:
-                err((*base, "overrides", target),
-                    f"models.{name}.overrides.{target}: '{target}' is not one of this manifest's targets",
-                    closest(target, m.targets) or f"targets are: {', '.join(m.targets)}", key=True)
-            if ov.quantization is not None:
-                _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
-                             f"models.{name}.overrides.{target}.quantization", err)
-            for dim_name, override in ov.dims.items():
-                at = (*base, "overrides", target, "dims", dim_name)
-                dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
-                if dim_name not in model.dims:
-                    err(at, f"{dotted}: the model has no dim '{dim_name}'",
-                        closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
-                else:
-                    _check_dim(override.under(model.dims[dim_name]), at, dotted, err)
-    return out
 
 
-def _check_npu(name: str, model: ModelSpec, err: Any) -> None:
+def _source(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    """One kind of source; no code from a model directory; inputs given unless a directory derives them."""
+    base, src = ("models", name), model.source
+    if (src.factory is None) == (src.huggingface is None):
+        err((*base, "source"), f"models.{name}.source: give either `factory` or `huggingface` (one of them)")
+    if src.trust_remote_code:
+        err((*base, "source", "trust_remote_code"), f"models.{name}.source.trust_remote_code: refused: deployc "
+            "never runs code from a model directory", "remove it; models whose config needs custom code "
+            "(auto_map) cannot be built")
+    if src.huggingface is not None and src.kwargs:
+        err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face source takes no kwargs "
+            "(its config.json says how to build it)")
+    if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
+        err(base, f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
+            "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
+
+
+def _verify_fits_task(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    """Neighbour overlap is for embedders; token parity and held-out text for decoders (min_top1 also for a
+    classifier's agreement on verify.data), in the model's verify and in every override's."""
+    base = ("models", name)
+    places = [((*base, "verify"), model.verify)] + [((*base, "overrides", t, "verify"), o.verify)
+                                                    for t, o in model.overrides.items()]
+    measure = TASK_MEASURES.get(model.task)
+    for path, v in places:
+        if v is None:
+            continue
+        if v.min_topk_overlap is not None and measure != "topk":
+            err((*path, "min_topk_overlap"), f"{'.'.join(map(str, path))}.min_topk_overlap: neighbour overlap "
+                f"applies to embedding models (with verify.data); models.{name} has task {model.task}")
+        for field in ("tokens", "text", "max_perplexity_ratio", "max_kl", "min_top1"):
+            if field == "min_top1" and measure == "top1":  # a classifier's agreement on verify.data
+                continue
+            if getattr(v, field) and model.task != "text-generation":
+                what = "token parity applies" if field == "tokens" else "held-out text checks apply"
+                err((*path, field), f"{'.'.join(map(str, path))}.{field}: {what} to text-generation models; "
+                    f"models.{name} has task {model.task}")
+
+
+def _signatures(model: ModelSpec) -> list[tuple[tuple[str, ...], dict[str, InputSpec]]]:
+    """Where each method's inputs are declared, and them: forward's, then the further methods'."""
+    return [(("inputs",), model.inputs)] + [(("methods", meth, "inputs"), spec.inputs)
+                                            for meth, spec in model.methods.items()]
+
+
+def _shape_dims_declared(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    for where, inputs in _signatures(model):
+        for inp_name, inp in inputs.items():
+            for j, dim in enumerate(inp.shape):
+                if isinstance(dim, str) and dim not in model.dims:
+                    err(("models", name, *where, inp_name, "shape", j),
+                        f"models.{name}.{'.'.join(where)}.{inp_name}.shape[{j}]: dim '{dim}' is not declared under "
+                        f"models.{name}.dims",
+                        closest(dim, model.dims) or f"declare it: dims: {{{dim}: {{min: 1, max: 64}}}}")
+
+
+def _methods(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    """Calibrated schemes take one method; `forward` and `get_*` are not method names."""
+    base = ("models", name)
+    schemes = [q.scheme for q in (model.quantization, *(o.quantization for o in model.overrides.values()))
+               if q is not None and q.scheme is not None]  # a choice skips calibrated candidates instead
+    if model.methods and any(SCHEMES[q].calibrated for q in schemes):
+        err((*base, "methods"), f"models.{name}.methods: calibrated schemes (w8a8, 16a8w, 16a4w) support "
+            "only single-method programs", key=True)
+    for method in model.methods:
+        if method == "forward" or method.startswith("get_"):
+            err((*base, "methods", method), f"models.{name}.methods.{method}: 'forward' and names starting with "
+                "'get_' (constant methods) are reserved", key=True)
+
+
+def _bool_ranges(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    for inp_name, inp in model.inputs.items():
+        if inp.range is not None and inp.dtype == "bool" and not (0 <= inp.range[0] <= inp.range[1] <= 1):
+            err(("models", name, "inputs", inp_name, "range"),
+                f"models.{name}.inputs.{inp_name}.range: bool inputs take a range within [0, 1]")
+
+
+def _dims(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    """Each declared dim takes a size, and some input uses it."""
+    used = {d for _, inputs in _signatures(model) for inp in inputs.values() for d in inp.shape if isinstance(d, str)}
+    for dim_name, declared in model.dims.items():
+        _check_dim(declared, ("models", name, "dims", dim_name), f"models.{name}.dims.{dim_name}", err)
+        if dim_name not in used:
+            err(("models", name, "dims", dim_name), f"models.{name}.dims.{dim_name}: dim is declared but no input "
+                "uses it", key=True)
+
+
+def _quantization(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    _check_quant(model.quantization, ("models", name, "quantization"), f"models.{name}.quantization", err)
+
+
+def _overrides(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
+    """An override names a target of this manifest, and what it restates checks as the model's would."""
+    base = ("models", name)
+    for target, ov in model.overrides.items():
+        if target not in m.targets:
+            err((*base, "overrides", target),
+                f"models.{name}.overrides.{target}: '{target}' is not one of this manifest's targets",
+                closest(target, m.targets) or f"targets are: {', '.join(m.targets)}", key=True)
+        if ov.quantization is not None:
+            _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
+                         f"models.{name}.overrides.{target}.quantization", err)
+        for dim_name, override in ov.dims.items():
+            at = (*base, "overrides", target, "dims", dim_name)
+            dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
+            if dim_name not in model.dims:
+                err(at, f"{dotted}: the model has no dim '{dim_name}'",
+                    closest(dim_name, model.dims) or f"its dims: {', '.join(model.dims) or 'none'}", key=True)
+            else:
+                _check_dim(override.under(model.dims[dim_name]), at, dotted, err)
+
+
+def _npu(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
     """The static form is made for deployc's decoder interface, within the model's positions."""
     places = [(("models", name, "npu"), model.npu)] + [(("models", name, "overrides", t, "npu"), o.npu)
                                                          for t, o in model.overrides.items()]
@@ -360,7 +405,7 @@ def _check_npu(name: str, model: ModelSpec, err: Any) -> None:
                 f"constants.max_seq_len ({context})", f"context: {context} or less")
 
 
-def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Err) -> None:
     if dim.min > dim.max:
         err(path, f"{dotted}: min {dim.min} is greater than max {dim.max}")
     elif dim.bounds()[0] > dim.bounds()[1]:
@@ -368,7 +413,7 @@ def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Any)
             f"max: {dim.bounds()[0]}")
 
 
-def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Any) -> None:
+def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Err) -> None:
     named = [q.scheme] if q.scheme is not None else q.choose if isinstance(q.choose, list) else None
     if named is None:  # auto: each option applies to the candidates that take it
         return
@@ -387,6 +432,11 @@ def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: An
                  else f"none of {', '.join(named)} is static")
         err((*path, "float_fallback"), f"{dotted}.float_fallback: {which}",
             "float_fallback applies to " + ", ".join(s.name for s in SCHEMES.values() if s.calibrated))
+
+
+# Every model's rules, in the order their problems are reported.
+MODEL_RULES: tuple[Callable[[str, ModelSpec, Manifest, Err], None], ...] = (
+    _source, _verify_fits_task, _npu, _shape_dims_declared, _methods, _bool_ranges, _dims, _quantization, _overrides)
 
 
 def parse_manifest(doc: Document) -> Manifest:

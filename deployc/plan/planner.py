@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
@@ -72,7 +73,7 @@ from deployc.plan.resolve import (
     resolve,
 )
 from deployc.plan.toolchain import Toolchain
-from deployc.targets.backends import BACKENDS
+from deployc.targets.backends import BACKENDS, Backend
 from deployc.targets.profile import DEFAULT_EMULATED_CPU, Budgets, Device, Unit
 
 
@@ -166,7 +167,7 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
 Candidate = tuple[Recipe, ResolvedModel]
 
 
-class _OnUnit(NamedTuple):
+class _UnitCandidates(NamedTuple):
     """What one unit would build of a model: its candidates in the order the build tries them (one,
     unless the manifest gives a choice of schemes) and the schemes of the choice passed over."""
 
@@ -175,12 +176,12 @@ class _OnUnit(NamedTuple):
     passed_over: list[SkippedScheme]
 
 
-def _on_unit(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_OnUnit | None, str]:
+def _candidates_on(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_UnitCandidates | None, str]:
     """(the unit's candidates, "") when it can build the model in at least one scheme; else (None, why not)."""
     q = r.quantization
     if q.scheme is not None:
         recipe, problem = _problem(r, unit, toolchain)
-        return (_OnUnit(unit, [(recipe, r)], []) if recipe is not None else None), problem or ""
+        return (_UnitCandidates(unit, [(recipe, r)], []) if recipe is not None else None), problem or ""
     backend = BACKENDS[unit.backend]
     if not r.tolerances.enabled:
         return None, "cannot choose a scheme by measurement: the manifest disables verification"
@@ -199,7 +200,7 @@ def _on_unit(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[_OnUni
     if q.by == "size":  # fewest weight bits first; the manifest's (or the unit's) order among equals
         found.sort(key=lambda c: SCHEMES[c[0].scheme].weight_bits)
     if found:
-        return _OnUnit(unit, found, passed), ""
+        return _UnitCandidates(unit, found, passed), ""
     reasons = {p.reason for p in passed}
     if len(reasons) == 1 and next(iter(reasons)).startswith("toolchain"):
         return None, next(iter(reasons))
@@ -214,24 +215,24 @@ def _scheme_words(q: QuantSpec) -> str:
     return "any scheme (auto)" if q.choose == "auto" else f"any of {', '.join(q.choose or [])}"
 
 
-def _choose_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[_OnUnit], list[Skipped]]:
+def _building_units(r: ResolvedModel, toolchain: Toolchain) -> tuple[list[_UnitCandidates], list[Skipped]]:
     """The units that can build the model, in priority order (the first is used; with `fallback: next`
     the others are tried in turn when building on it fails), and the units passed over before it. A unit
     to fall back to that does not take a target override's scheme builds the model's own scheme."""
     profile = r.profile.profile
     units = [profile.unit(r.unit)] if r.unit else list(profile.units)
     skipped: list[Skipped] = []
-    chosen: list[_OnUnit] = []
+    chosen: list[_UnitCandidates] = []
     for unit in units:
         assert unit is not None  # pins were checked at load time
-        on_unit, problem = _on_unit(r, unit, toolchain)
-        if on_unit is not None:
-            chosen.append(on_unit)
+        candidates, problem = _candidates_on(r, unit, toolchain)
+        if candidates is not None:
+            chosen.append(candidates)
             if r.unit or profile.fallback == "error":
                 break
             continue
         if chosen:  # after the chosen unit: a candidate to fall back to, or nothing to report
-            own = _on_unit(r.own_scheme, unit, toolchain)[0] if r.own_scheme is not None else None
+            own = _candidates_on(r.own_scheme, unit, toolchain)[0] if r.own_scheme is not None else None
             if own is not None:
                 chosen.append(own)
             continue
@@ -270,27 +271,50 @@ def _inputs(specs: dict[str, Any]) -> list[InputPlan]:
             for n, i in specs.items()]
 
 
-def _unit_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
-    chosen, skipped = _choose_units(r, toolchain)
-    plans = [_on_unit_plan(project, on_unit, toolchain, inputs) for on_unit in chosen]
+def _model_plan(project: Project, r: ResolvedModel, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+    """A model on a target: its plan on the first unit that builds it, carrying the units to fall back to."""
+    chosen, skipped = _building_units(r, toolchain)
+    plans = [_unit_candidates_plan(project, candidates, toolchain, inputs) for candidates in chosen]
     return plans[0].model_copy(update={"skipped": skipped, "fallbacks": plans[1:]})
 
 
-def _on_unit_plan(project: Project, on_unit: _OnUnit, toolchain: Toolchain, inputs: _Inputs) -> UnitPlan:
+def _unit_candidates_plan(project: Project, candidates: _UnitCandidates, toolchain: Toolchain,
+                          inputs: _Inputs) -> UnitPlan:
     """The unit's first candidate, carrying the others of a choice (planned in full, keys and all)."""
-    plans = [_planned_on(project, resolved, on_unit.unit, recipe, toolchain, inputs)
-             for recipe, resolved in on_unit.candidates]
-    spec = on_unit.candidates[0][1].choice
+    plans = [_candidate_plan(project, resolved, candidates.unit, recipe, toolchain, inputs)
+             for recipe, resolved in candidates.candidates]
+    spec = candidates.candidates[0][1].choice
     if spec is None:
         return plans[0]
-    choice = Choice(by=spec.by, schemes=[p.quantization for p in plans], passed_over=on_unit.passed_over,
+    choice = Choice(by=spec.by, schemes=[p.quantization for p in plans], passed_over=candidates.passed_over,
                     auto=spec.choose == "auto")
     plans = [p.model_copy(update={"choice": choice}) for p in plans]
     return plans[0].model_copy(update={"candidates": plans[1:]})
 
 
-def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
-                inputs: _Inputs) -> UnitPlan:
+@dataclass(frozen=True)
+class _Candidate:
+    """One scheme of one model on one unit, as its steps are planned: what several of them read."""
+
+    project: Project
+    r: ResolvedModel
+    unit: Unit
+    recipe: Recipe  # with its calibration dataset's sha256, where it has one
+    toolchain: Toolchain
+    inputs: _Inputs
+    spec: ModelSpec  # the model's, its max_seq_len the static form's context where it has one
+    dims: list[DimPlan]
+    static: StaticForm | None
+
+    @property
+    def backend(self) -> Backend:
+        return BACKENDS[self.unit.backend]
+
+
+def _candidate(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
+               inputs: _Inputs) -> _Candidate:
+    """The candidate's files hashed (a calibration dataset, a checkpoint checked against its sha256), its dims,
+    and a decoder's static form on a backend that builds decoders so."""
     folder = project.folder
     if recipe.calibration_dataset:  # its content, not its name, decides the program
         sha = inputs.add(folder / recipe.calibration_dataset, "calibration dataset")
@@ -305,71 +329,97 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
                                         f"not {ckpt.sha256}", "update the sha256 if the new weights are intended")])
     dims = [DimPlan(name=n, min=d.bounds()[0], max=d.bounds()[1], multiple_of=d.multiple_of or 1)
             for n, d in r.dims.items()]
-    backend = BACKENDS[unit.backend]
     static = None
-    if backend.static_decoders and is_decoder(spec) and r.npu is not None:
+    if BACKENDS[unit.backend].static_decoders and is_decoder(spec) and r.npu is not None:
         # The program holds npu.context positions: the decoder is judged, and driven, within them.
         static = StaticForm(prefill=r.npu.prefill, context=r.npu.context)
         spec = spec.model_copy(update={"constants": {**spec.constants, "max_seq_len": static.context}})
         dims = [d.model_copy(update={"max": min(d.max, static.context)}) if d.name == "seq" else d for d in dims]
-    methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
-               for n, meth in spec.methods.items()]
-    tol = r.tolerances
-    if not tol.enabled:
-        run, reason = False, "verification disabled in the manifest"
-    elif not toolchain.runs[unit.backend].usable and not backend.host_reference:
-        run, reason = False, f"not run on this host: {toolchain.runs[unit.backend].reason}"
-    else:
-        run, reason = True, ""
-    device = unit.device or r.profile.profile.device
-    arm64_cpu = (device.emulated_cpu or DEFAULT_EMULATED_CPU
-                 if run and backend.arm64_checked and device.abi.startswith("arm64") else "")
-    estimate = spec.params * SCHEMES[recipe.scheme].weight_bits // 8 if spec.params is not None else None
+    return _Candidate(project, r, unit, recipe, toolchain, inputs, spec, dims, static)
+
+
+def _load_step(c: _Candidate) -> LoadModel:
+    spec, folder = c.spec, c.project.folder
     if spec.source.factory is not None:
-        sources, packages = _sources(folder, spec.source.factory, inputs)
+        sources, packages = _sources(folder, spec.source.factory, c.inputs)
     else:  # a Hugging Face directory: its config and weights decide the model, loaded by transformers
         directory = folder / (spec.source.huggingface or "")
-        sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=inputs.add(f, "model weights"))
+        sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=c.inputs.add(f, "model weights"))
                    for f in hf_directory.read(directory).files()]
         loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
         packages = imported_versions(loaders)
-    generate = _generated_tokens(spec, dims)
-    text, text_reason = _held_out(project, r, spec, dims, generate, inputs)
-    points = verification_points(dims)
-    data = _task_data(project, r, spec, dims, inputs)
+    ckpt = spec.source.checkpoint
+    return LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
+                     derived=list(c.project.derived.get(c.r.model, ())), kwargs=spec.source.kwargs,
+                     checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
+                     seed=spec.seed, sources=sources, packages=packages, context=_context(spec))
+
+
+def _export_step(c: _Candidate, text: HeldOutText | None, text_reason: str) -> Export:
+    methods = [MethodPlan(name=n, function=meth.function or n, inputs=_inputs(meth.inputs))
+               for n, meth in c.spec.methods.items()]
+    return Export(inputs=_inputs(c.spec.inputs), dims=c.dims, seed=c.spec.seed, methods=methods, text=text,
+                  text_reason=text_reason, static=c.static)
+
+
+def _lower_step(c: _Candidate) -> Lower:
+    return Lower(backend=c.unit.backend, partitioners=list(c.backend.partitioners), options=c.unit.options,
+                 constants=c.spec.constants, code=c.toolchain.code[c.unit.backend],
+                 toolchain=c.toolchain.backends[c.unit.backend].facts)
+
+
+def _runs(c: _Candidate) -> tuple[bool, str]:
+    """Whether the candidate's program is verified here, and why not."""
+    if not c.r.tolerances.enabled:
+        return False, "verification disabled in the manifest"
+    if not c.toolchain.runs[c.unit.backend].usable and not c.backend.host_reference:
+        return False, f"not run on this host: {c.toolchain.runs[c.unit.backend].reason}"
+    return True, ""
+
+
+def _verify_step(c: _Candidate, text: HeldOutText | None, generate: int) -> Verify:
+    tol, backend = c.r.tolerances, c.backend
+    run, reason = _runs(c)
+    device = c.unit.device or c.r.profile.profile.device
+    arm64_cpu = (device.emulated_cpu or DEFAULT_EMULATED_CPU
+                 if run and backend.arm64_checked and device.abi.startswith("arm64") else "")
+    points = verification_points(c.dims)
+    data = _task_data(c.project, c.r, c.spec, c.dims, c.inputs)
     task_tolerances: dict[str, Any] = {}
     if data is not None and data.measure == "top1":
         task_tolerances = {"min_top1": tol.min_top1}
     elif data is not None:
         task_tolerances = {"min_topk_overlap": tol.min_topk_overlap if tol.min_topk_overlap is not None
                            else tol.min_top1}
-    steps: list[Any] = [
-        LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
-                  derived=list(project.derived.get(r.model, ())), kwargs=spec.source.kwargs,
-                  checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
-                  seed=spec.seed, sources=sources, packages=packages, context=_context(spec)),
-        Export(inputs=_inputs(spec.inputs), dims=dims, seed=spec.seed, methods=methods, text=text,
-               text_reason=text_reason, static=static),
-        Quantize(recipe=recipe, description=backend.describe(recipe, unit.options)),
-        Lower(backend=unit.backend, partitioners=list(backend.partitioners), options=unit.options,
-              constants=spec.constants, code=toolchain.code[unit.backend],
-              toolchain=toolchain.backends[unit.backend].facts),
-        Serialize(external_weights=spec.weights == "external"),
-        Verify(run=run, reason=reason, points=points, inputs=tol.inputs or _inputs_per_point(points, text),
-               min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
-               min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
-               max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0, arm64_cpu=arm64_cpu,
-               host_reference=backend.host_reference if run and not toolchain.runs[unit.backend].usable else "",
-               int8_only=unit.int8_only and not tol.allow_float_ops,
-               **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
-                  if text is not None else {}), data=data, **task_tolerances),
-        CheckBudget(limits=_budget_limits(r.profile.profile.budgets, unit), estimate_bytes=estimate),
-        Package(file=layout.program_file(r.model, backend.format), format=backend.format, task=spec.task,
-                data_file=layout.program_data_file(r.model) if spec.weights == "external" else "",
-                outputs=_outputs(spec.outputs),
-                method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
-                requirements=backend.requirements(unit.options, toolchain.backends[unit.backend].facts)),
-    ]
+    return Verify(
+        run=run, reason=reason, points=points, inputs=tol.inputs or _inputs_per_point(points, text),
+        min_cosine=tol.min_cosine if text is None or "min_cosine" in tol.explicit else NOT_JUDGED_COSINE,
+        min_sqnr_db=tol.min_sqnr_db if text is None or "min_sqnr_db" in tol.explicit else NOT_JUDGED_SQNR,
+        max_abs=tol.max_abs, generate=generate, min_tokens=tol.tokens or 0, arm64_cpu=arm64_cpu,
+        host_reference=backend.host_reference if run and not c.toolchain.runs[c.unit.backend].usable else "",
+        int8_only=c.unit.int8_only and not tol.allow_float_ops,
+        **({"max_perplexity_ratio": tol.max_perplexity_ratio, "max_kl": tol.max_kl, "min_top1": tol.min_top1}
+           if text is not None else {}), data=data, **task_tolerances)
+
+
+def _budget_step(c: _Candidate) -> CheckBudget:
+    params = c.spec.params
+    estimate = params * SCHEMES[c.recipe.scheme].weight_bits // 8 if params is not None else None
+    return CheckBudget(limits=_budget_limits(c.r.profile.profile.budgets, c.unit), estimate_bytes=estimate)
+
+
+def _package_step(c: _Candidate) -> Package:
+    spec, backend = c.spec, c.backend
+    return Package(file=layout.program_file(c.r.model, backend.format), format=backend.format, task=spec.task,
+                   data_file=layout.program_data_file(c.r.model) if spec.weights == "external" else "",
+                   outputs=_outputs(spec.outputs),
+                   method_outputs={n: _outputs(meth.outputs) for n, meth in spec.methods.items() if meth.outputs},
+                   requirements=backend.requirements(c.unit.options, c.toolchain.backends[c.unit.backend].facts))
+
+
+def _keyed(steps: list[Any], toolchain: Toolchain) -> tuple[list[Any], str]:
+    """Each step with its key, which folds the one before it (the first folds the tool versions and the
+    compile code hash); and the program key: the serialize step's."""
     keyed = []
     previous = key_of(toolchain.versions, toolchain.code["compile"])
     program_key = ""
@@ -378,12 +428,27 @@ def _planned_on(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, 
         keyed.append(s.model_copy(update={"key": previous}))
         if isinstance(s, Serialize):
             program_key = previous
+    return keyed, program_key
+
+
+def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, toolchain: Toolchain,
+                    inputs: _Inputs) -> UnitPlan:
+    """The plan of one scheme of one model on one unit: its eight steps, keyed."""
+    c = _candidate(project, r, unit, recipe, toolchain, inputs)
+    load = _load_step(c)
+    generate = _generated_tokens(c.spec, c.dims)
+    text, text_reason = _held_out(project, r, c.spec, c.dims, generate, inputs)
+    steps, program_key = _keyed([
+        load, _export_step(c, text, text_reason),
+        Quantize(recipe=c.recipe, description=c.backend.describe(c.recipe, unit.options)),
+        _lower_step(c), Serialize(external_weights=c.spec.weights == "external"), _verify_step(c, text, generate),
+        _budget_step(c), _package_step(c)], toolchain)
     doc, base = project.doc, ("models", r.model)
     outputs_at = {"forward": doc.locate((*base, "outputs")),
-                  **{n: doc.locate((*base, "methods", n, "outputs")) for n in spec.methods}}
+                  **{n: doc.locate((*base, "methods", n, "outputs")) for n in c.spec.methods}}
     return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
-                    quantization=recipe.scheme, program_key=program_key, threads=unit.threads,
-                    warmup=unit.warmup, steps=keyed, skipped=[], outputs_at=outputs_at,
+                    quantization=c.recipe.scheme, program_key=program_key, threads=unit.threads,
+                    warmup=unit.warmup, steps=steps, skipped=[], outputs_at=outputs_at,
                     dims_at=_dims_at(project, r))
 
 
@@ -516,7 +581,7 @@ def reference_unit(project: Project, r: ResolvedModel, toolchain: Toolchain, inp
     candidate = dataclasses.replace(r.with_scheme("fp32"), npu=None)
     recipe = BACKENDS["xnnpack"].recipe(candidate.quantization)
     assert recipe is not None  # xnnpack builds fp32
-    return _planned_on(project, candidate, HOST_REFERENCE, recipe, toolchain, inputs)
+    return _candidate_plan(project, candidate, HOST_REFERENCE, recipe, toolchain, inputs)
 
 
 def embedder_key(u: UnitPlan) -> str:
@@ -651,7 +716,7 @@ def make_plan(project: Project, toolchain: Toolchain, only_target: str | None = 
             continue
         resolved[(r.target, r.model)] = r
         try:
-            by_target[r.target].append(_unit_plan(project, r, toolchain, inputs))
+            by_target[r.target].append(_model_plan(project, r, toolchain, inputs))
         except PlanError as exc:
             problems.extend(exc.diagnostics)
     seen: dict[str, str] = {}
