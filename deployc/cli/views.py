@@ -13,7 +13,7 @@ from deployc.cli.console import Console
 from deployc.core.sizes import format_size
 
 if TYPE_CHECKING:
-    from deployc.build.results import Arm64Check, BuildReport
+    from deployc.build.results import Arm64Check, BuildReport, UnitResult
     from deployc.core.facts import TaskMetrics
     from deployc.core.program_profile import ProgramProfile
     from deployc.plan.build_plan import BuildPlan, UnitPlan
@@ -67,19 +67,37 @@ def _choice_lines(u: UnitPlan, status: Mapping[str, str]) -> list[str]:
 
 def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, str],
                 releases: list[ReleaseStatus]) -> None:
-    from deployc.plan.releases import EXPLAIN
-
+    """The units as a table, then one section of lines each: programs, derived inputs, how decoders are
+    judged, static forms, checks beyond this host's runtime, budgets, indexes, toolchains, releases."""
     m = build_plan.manifest
     console.result(f"{m.name} {m.version}: {len(build_plan.units())} unit(s), "
                    f"{len(build_plan.programs())} distinct program(s)")
+    _plan_units(console, build_plan, status)
+    for key, u in build_plan.programs().items():
+        console.result(f"  program {key[:12]} ({u.model}, {u.backend}): {u.quantize.description}")
+    _plan_derived(console, build_plan)
+    _plan_text_judging(console, build_plan)
+    _plan_static_forms(console, build_plan)
+    _plan_beyond_this_runtime(console, build_plan)
+    _plan_budget_estimates(console, build_plan)
+    _plan_indexes(console, build_plan, status)
+    _plan_toolchains(console, build_plan)
+    _plan_releases(console, releases)
+
+
+def _dims_words(u: UnitPlan) -> str:
+    return ", ".join(f"{d.name}={d.min}" if d.min == d.max else f"{d.name}={d.min}..{d.max}"
+                     + (f" (x{d.multiple_of})" if d.multiple_of > 1 else "")
+                     for d in u.export.dims) or "static"
+
+
+def _plan_units(console: Console, build_plan: BuildPlan, status: Mapping[str, str]) -> None:
+    """Each unit's row; then the units passed over, the schemes of each choice, the units to fall back to."""
     table = Table("model", "target", "unit", "backend", "partitioners", "quantization", "dims", "cache", "program")
     skipped: list[str] = []
     for u in build_plan.units():
-        dims = ", ".join(f"{d.name}={d.min}" if d.min == d.max else f"{d.name}={d.min}..{d.max}"
-                         + (f" (x{d.multiple_of})" if d.multiple_of > 1 else "")
-                         for d in u.export.dims) or "static"
         table.add_row(u.model, u.target, u.unit, u.backend, " > ".join(u.lower.partitioners) or "-",
-                      choice_words(u), dims, status[u.program_key], u.program_key[:12])
+                      choice_words(u), _dims_words(u), status[u.program_key], u.program_key[:12])
         skipped.extend(f"  {u.model} on {u.target}: skipped {s.unit} ({s.backend}): {s.reason}" for s in u.skipped)
         for group in (u, *u.fallbacks):
             skipped.extend(_choice_lines(group, status))
@@ -91,8 +109,10 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
     console.table(table)
     for line in skipped:
         console.result(line)
-    for key, u in build_plan.programs().items():
-        console.result(f"  program {key[:12]} ({u.model}, {u.backend}): {u.quantize.description}")
+
+
+def _plan_derived(console: Console, build_plan: BuildPlan) -> None:
+    """What the plan derived from a Hugging Face directory's config.json, once a model."""
     shown: set[str] = set()
     for u in build_plan.units():
         if u.load.derived and u.model not in shown:
@@ -103,6 +123,10 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                           f"{c.get('eos_ids', [])}" if u.load.context else "")
             console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
                            f"(task {u.load.task}): {tensors}{generation}")
+
+
+def _plan_text_judging(console: Console, build_plan: BuildPlan) -> None:
+    """How each decoder is judged: held-out text and greedy parity, once a model."""
     judged: set[str] = set()
     for u in build_plan.units():
         if u.verify.generate and u.model not in judged:
@@ -112,6 +136,9 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                     f"tokens (perplexity, KL, top-1 vs eager fp32), greedy parity from {len(held.prompts)} of its "
                     "prompts" if held else f"greedy parity from seeded prompts only: {u.export.text_reason}")
             console.result(f"  {u.model}: verified {text}, {u.verify.generate} tokens each")
+
+
+def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
     for u in build_plan.units():
         form = u.export.static
         if form is not None:
@@ -120,7 +147,11 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
             console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
                            f"tokens a call and a decode method of 1, KV caches of {form.context} positions in and "
                            f"out{calibrated}")
-    for u in build_plan.units():  # verification beyond this host's runtime
+
+
+def _plan_beyond_this_runtime(console: Console, build_plan: BuildPlan) -> None:
+    """Verification beyond this host's runtime: arm64 kernels under qemu, a backend's reference kernels."""
+    for u in build_plan.units():
         v = u.verify
         if v.arm64_cpu:
             console.result(f"  {u.model} on {u.target} ({u.unit}): also verified on arm64 kernels (ExecuTorch's "
@@ -128,6 +159,9 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
         if v.host_reference:
             console.result(f"  {u.model} on {u.target} ({u.unit}): verified on {v.host_reference}"
                            + ("; int8 kernels only (float operators fail it)" if v.int8_only else ""))
+
+
+def _plan_budget_estimates(console: Console, build_plan: BuildPlan) -> None:
     for u in build_plan.units():
         budget = u.budget
         limit = min((v for k, v in budget.limits.items() if k in ("storage", "flash")), default=None)
@@ -135,19 +169,28 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
             console.warn(f"{u.model} on {u.target} ({u.unit}): weights alone are estimated at "
                          f"{format_size(budget.estimate_bytes)} from `params`, over the unit's "
                          f"{format_size(limit)} budget; the build will check the real size")
+
+
+def _plan_indexes(console: Console, build_plan: BuildPlan, status: Mapping[str, str]) -> None:
     for t in build_plan.targets:
         for a in t.assets:
-            if a.kind == "vector_index" and a.reference is not None and a.agreement is not None:
+            if a.kind != "vector_index":
+                continue
+            if a.reference is not None and a.agreement is not None:
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model}'s host "
                                f"reference program (xnnpack fp32, {a.reference.program_key[:12]}), the target's "
                                f"program on {a.agreement.sample} chunks to prove it ({status[a.key]}, {a.key[:12]})")
-            elif a.kind == "vector_index":
+            else:
                 console.result(f"  {t.target}: index {a.name}: {len(a.corpus)} file(s) embedded by {a.model} "
                                f"({status[a.key]}, {a.key[:12]})")
-            if a.kind == "vector_index" and a.queries is not None:
+            if a.queries is not None:
                 console.result(f"  {t.target}: index {a.name}: {len(a.queries.queries)} queries from "
                                f"{a.queries.file} retrieve as with eager fp32 (top-{a.queries.topk} overlap >= "
                                f"{a.queries.min_topk_overlap:.0%}), or no bundle")
+
+
+def _plan_toolchains(console: Console, build_plan: BuildPlan) -> None:
+    """Where each backend's toolchain comes from, or why it cannot build here."""
     used = sorted({s.backend for u in build_plan.units() for s in u.skipped} | {u.backend for u in build_plan.units()})
     for name in used:
         found = build_plan.toolchain.backends[name]
@@ -156,6 +199,11 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
                               if k != "libraries")
             console.result(f"  toolchain {name}: " + (f"{found.source}" + (f" ({facts})" if facts else "")
                                                      if found.usable else f"not usable here: {found.reason}"))
+
+
+def _plan_releases(console: Console, releases: list[ReleaseStatus]) -> None:
+    from deployc.plan.releases import EXPLAIN
+
     for r in releases:
         files = f": {', '.join(r.files)}" if r.files else ""
         console.result(f"  release {r.profile}: {r.state} ({EXPLAIN[r.state]}){files}")
@@ -172,36 +220,59 @@ def arm64_figures(check: Arm64Check) -> str:
 
 
 def render_build(console: Console, report: BuildReport) -> None:
+    """The units as a table, the candidates of each choice, then one section of lines each: failures,
+    fallbacks, layers left float, a microcontroller's memory, checks not run, bundles, reproducibility,
+    ETRecords."""
+    _build_units(console, report)
+    _render_candidates(console, report)
+    _build_failures(console, report)
+    _build_fallbacks(console, report)
+    _build_stayed_float(console, report)
+    _build_memory(console, report)
+    _build_not_run(console, report)
+    _build_outputs(console, report)
+
+
+def _verification_words(r: UnitResult) -> str:
+    """A unit's verification in its table cell: status, x86 figures beside the arm64 check's, text, task and
+    token figures, and what ran where the program did not run in a runtime."""
+    v = r.verification
+    vtext: str = v.status if v else "-"
+    x86 = "x86 " if r.arm64 else ""  # both runtimes' figures side by side
+    arm64 = f"; {arm64_figures(r.arm64)}" if r.arm64 else ""
+    if v and v.metrics:
+        here = arm64 if not v.text else ""  # a decoder's arm64 figures follow its text figures
+        vtext += f" ({x86}cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB{here})"
+    if v and v.text:
+        vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
+    if v and v.task:
+        vtext += f", {task_figures(v.task)}"
+    if v and v.tokens:
+        vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
+    if v and v.text and arm64:
+        vtext += arm64
+    if v and v.ran_on:  # not the program in a runtime: say what ran
+        vtext += f" ({v.ran_on})"
+    return vtext
+
+
+def _build_units(console: Console, report: BuildReport) -> None:
     # Latency is this host's (an NPU program's is the HTP emulator's on x86): not the device's.
     table = Table("model", "target", "unit", "quant", "status", "size", "planned mem", "delegated", "verification",
                   "host latency")
     for r in report.units:
-        f, v = r.facts, r.verification
-        vtext: str = v.status if v else "-"
-        x86 = "x86 " if r.arm64 else ""  # both runtimes' figures side by side
-        arm64 = f"; {arm64_figures(r.arm64)}" if r.arm64 else ""
-        if v and v.metrics:
-            here = arm64 if not v.text else ""  # a decoder's arm64 figures follow its text figures
-            vtext += f" ({x86}cos {v.metrics.min_cosine:.5f}, {v.metrics.min_sqnr_db:.1f} dB{here})"
-        if v and v.text:
-            vtext += f", {text_figures(v.text.perplexity, v.text.reference_perplexity, v.text.kl, v.text.top1)}"
-        if v and v.task:
-            vtext += f", {task_figures(v.task)}"
-        if v and v.tokens:
-            vtext += f", {token_figures(v.tokens.matched, v.tokens.generated, v.tokens.prompts, v.tokens.identical)}"
-        if v and v.text and arm64:
-            vtext += arm64
-        if v and v.ran_on:  # not the program in a runtime: say what ran
-            vtext += f" ({v.ran_on})"
+        f = r.facts
         latency = f.measurement.latency_ms if f else None
         quant = r.unit.quantization if r.unit.choice is None else f"{choice_words(r.unit)}: {r.unit.quantization}"
         table.add_row(r.unit.model, r.unit.target, f"{r.unit.unit} ({r.unit.backend})", quant, r.status,
                       format_size(f.size_bytes) if f else "-",
                       format_size(f.planned_memory_bytes) if f and f.format == "pte" else "-",
-                      f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", vtext,
+                      f"{f.delegated_share:.0%}" if f and f.format == "pte" else "-", _verification_words(r),
                       f"{latency:.2f} ms" if latency is not None else "-")
     console.table(table)
-    _render_candidates(console, report)
+
+
+def _build_failures(console: Console, report: BuildReport) -> None:
     for r in report.failed:
         assert r.failure is not None
         where = f"{r.failure.at}: error: " if r.failure.at else ""
@@ -209,6 +280,9 @@ def render_build(console: Console, report: BuildReport) -> None:
                        f"{r.failure.error}")
         if r.failure.log:
             console.result(f"  what the libraries printed: {r.failure.log}")
+
+
+def _build_fallbacks(console: Console, report: BuildReport) -> None:
     for r in report.units:
         for fell in r.fallbacks:
             console.result(f"fell back: {r.unit.model} on {r.unit.target}: unit {fell.unit} ({fell.backend}) failed at "
@@ -216,12 +290,18 @@ def render_build(console: Console, report: BuildReport) -> None:
                                                         if r.status != "failed" else
                                                         f"unit {r.unit.unit} ({r.unit.backend}) was tried next and "
                                                         "failed too"))
+
+
+def _build_stayed_float(console: Console, report: BuildReport) -> None:
     for r in report.units:  # e.g. a conv net in 8da8w: torchao's schemes quantize linears only
         if r.facts and r.facts.stayed_float:
             names = r.facts.stayed_float
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             console.result(f"stayed float: {r.unit.model} on {r.unit.target} ({r.unit.quantization}): "
                            f"{len(names)} weighted layer(s) not quantized: {shown}")
+
+
+def _build_memory(console: Console, report: BuildReport) -> None:
     for r in report.units:  # a microcontroller's memory, as its app must provide it
         limits = r.unit.budget.limits
         if r.facts and ("sram" in limits or "flash" in limits):
@@ -231,11 +311,18 @@ def render_build(console: Console, report: BuildReport) -> None:
                            f"inside) of sram {format_size(limits['sram']) if 'sram' in limits else '-'}; program "
                            f"{format_size(f.size_bytes)} of flash "
                            f"{format_size(limits['flash']) if 'flash' in limits else '-'}")
+
+
+def _build_not_run(console: Console, report: BuildReport) -> None:
     for r in report.units:
         if r.verification and r.verification.status == "not-run":
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
         if r.arm64 and r.arm64.status == "not-run":
             console.result(f"not run on arm64: {r.unit.model} on {r.unit.target}: {r.arm64.reason}")
+
+
+def _build_outputs(console: Console, report: BuildReport) -> None:
+    """The bundles written (and those not), the reproducibility check, the ETRecords."""
     for t, b in report.bundles.items():
         console.result(f"bundle {t}: {b.dir}  ({b.archive})")
     for t, why in report.bundles_not_written.items():
@@ -302,46 +389,75 @@ def render_profiling(console: Console, profiles: list[ProgramProfile], trace: Pa
 
 
 def render_inspect(console: Console, info: dict[str, Any]) -> None:
+    """A bundle's programs as a table with what each needs and runs, its bytes by kind, its indexes, the
+    check against its lock, and (--self-test) the self-tests' verdicts."""
     if "bundle" in info:
-        b = info["bundle"]
-        console.result(f"{info['path']}: {b['name']} {b['version']} for {b['target']} "
-                       f"({info['device'].get('soc', '?')}), {format_size(info['total_bytes'])}")
-        table = Table("program", "unit", "backend", "quant", "size", "method", "inputs", "outputs", "planned mem",
-                      "delegates", "verification")
-        for p in info["programs"]:
-            v = p["verification"]
-            measured = f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else ""
-            vtext = v["status"] + measured
-            if v.get("text_positions"):
-                vtext += f", {text_figures(v['perplexity'], v['reference_perplexity'], v['kl'], v['top1'])}"
-            if v.get("task_samples"):
-                vtext += ", " + (f"top-1 {v['task_top1']:.0%} of {v['task_samples']}" if not v.get("task_topk") else
-                                 f"top-{v['task_topk']} overlap {v['task_topk_overlap']:.0%} (rank moved "
-                                 f"{v['task_mean_rank_change']:.2f}) of {v['task_samples']}")
-            if v.get("tokens_generated"):
-                vtext += ", " + token_figures(v["tokens_matched"], v["tokens_generated"], v.get("tokens_prompts", 0),
-                                              v.get("tokens_identical", 0))
-            for m in p["methods"]:
-                shape = lambda t: f"{t['name']}:{t['dtype']}[" + ",".join(  # noqa: E731
-                    str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
-                    + (f" (x{d['multiple_of']})" if d.get("multiple_of", 1) > 1 else "")
-                    for d in t["shape"]) + "]"
-                litert = p.get("format") == "tflite"  # LiteRT plans its own memory; its delegate is a requirement
-                table.add_row(p["name"], p["unit"], p["backend"] + (" (.tflite)" if litert else ""), p["quantization"],
-                              format_size(p["size_bytes"]), m["name"], " ".join(shape(t) for t in m["inputs"]),
-                              " ".join(shape(t) for t in m["outputs"]),
-                              "-" if litert else format_size(m["planned_memory_bytes"]),
-                              ", ".join(m["delegates"]) or "-", vtext)
-        console.table(table)
-        for p in info["programs"]:
-            if p.get("requirements"):
-                console.result(f"  {p['name']} needs on the device: "
-                               + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
-            for m in p["methods"]:
-                ops = ", ".join(m["operators"]) or "- (all delegated)"
-                console.result(f"  {p['name']}.{m['name']} operators: {ops}")
+        _inspect_programs(console, info)
+        _inspect_needs(console, info)
     if info.get("bytes_by_kind"):
         console.table(_byte_kinds_table(info["bytes_by_kind"]))
+    _inspect_indexes(console, info)
+    console.result("verified against bundle.lock.json: ok" if info["verified"]
+                   else "MISMATCH against bundle.lock.json:")
+    for problem in info["problems"]:
+        console.result(f"  {problem}")
+    if "self_test" in info:
+        _inspect_self_tests(console, info["self_test"])
+
+
+def _shipped_verification(v: dict[str, Any]) -> str:
+    """A shipped program's verification, as the runtime config records it, in a table cell."""
+    measured = f" (cos {v['min_cosine']}, {v['min_sqnr_db']} dB)" if v["status"] != "not-run" else ""
+    vtext = v["status"] + measured
+    if v.get("text_positions"):
+        vtext += f", {text_figures(v['perplexity'], v['reference_perplexity'], v['kl'], v['top1'])}"
+    if v.get("task_samples"):
+        vtext += ", " + (f"top-1 {v['task_top1']:.0%} of {v['task_samples']}" if not v.get("task_topk") else
+                         f"top-{v['task_topk']} overlap {v['task_topk_overlap']:.0%} (rank moved "
+                         f"{v['task_mean_rank_change']:.2f}) of {v['task_samples']}")
+    if v.get("tokens_generated"):
+        vtext += ", " + token_figures(v["tokens_matched"], v["tokens_generated"], v.get("tokens_prompts", 0),
+                                      v.get("tokens_identical", 0))
+    return vtext
+
+
+def _tensor_words(t: dict[str, Any]) -> str:
+    return f"{t['name']}:{t['dtype']}[" + ",".join(
+        str(d["value"]) if d["value"] >= 0 else f"{d.get('symbol') or '?'}={d['min']}..{d['max']}"
+        + (f" (x{d['multiple_of']})" if d.get("multiple_of", 1) > 1 else "")
+        for d in t["shape"]) + "]"
+
+
+def _inspect_programs(console: Console, info: dict[str, Any]) -> None:
+    b = info["bundle"]
+    console.result(f"{info['path']}: {b['name']} {b['version']} for {b['target']} "
+                   f"({info['device'].get('soc', '?')}), {format_size(info['total_bytes'])}")
+    table = Table("program", "unit", "backend", "quant", "size", "method", "inputs", "outputs", "planned mem",
+                  "delegates", "verification")
+    for p in info["programs"]:
+        vtext = _shipped_verification(p["verification"])
+        litert = p.get("format") == "tflite"  # LiteRT plans its own memory; its delegate is a requirement
+        for m in p["methods"]:
+            table.add_row(p["name"], p["unit"], p["backend"] + (" (.tflite)" if litert else ""), p["quantization"],
+                          format_size(p["size_bytes"]), m["name"], " ".join(_tensor_words(t) for t in m["inputs"]),
+                          " ".join(_tensor_words(t) for t in m["outputs"]),
+                          "-" if litert else format_size(m["planned_memory_bytes"]),
+                          ", ".join(m["delegates"]) or "-", vtext)
+    console.table(table)
+
+
+def _inspect_needs(console: Console, info: dict[str, Any]) -> None:
+    """What each program needs on the device, and the operators each method runs outside delegates."""
+    for p in info["programs"]:
+        if p.get("requirements"):
+            console.result(f"  {p['name']} needs on the device: "
+                           + ", ".join(f"{r['name']}={r['value']}" for r in p["requirements"]))
+        for m in p["methods"]:
+            ops = ", ".join(m["operators"]) or "- (all delegated)"
+            console.result(f"  {p['name']}.{m['name']} operators: {ops}")
+
+
+def _inspect_indexes(console: Console, info: dict[str, Any]) -> None:
     for ix in info.get("indexes", []):
         by = "a host reference program" if ix.get("embedded_with") else "the target's program"
         line = f"index {ix['name']}: {ix['count']} x {ix['dim']} vectors of {ix['model']} by {by}"
@@ -353,30 +469,28 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
             line += (f"; {r['queries']} queries retrieve as with eager fp32: top-{r['topk']} overlap "
                      f"{r['topk_overlap']:.0%} (rank moved {r['mean_rank_change']:.2f})")
         console.result(line)
-    console.result("verified against bundle.lock.json: ok" if info["verified"]
-                   else "MISMATCH against bundle.lock.json:")
-    for problem in info["problems"]:
-        console.result(f"  {problem}")
-    if "self_test" in info:
-        from deployc.core.facts import TaskMetrics
 
-        table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text / task samples",
-                      "tolerance", "why")
-        for r in info["self_test"]:
-            s, t, task = r["summary"], r.get("text"), r.get("task")
-            tolerance = f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB"
-            if r.get("max_perplexity_ratio"):
-                tolerance += (f", ppl <= {r['max_perplexity_ratio']}x, KL <= {r['max_kl']}, "
-                              f"top-1 >= {r['min_top1']:.0%}")
-            elif task:
-                tolerance += (f", top-1 >= {r['min_top1']:.0%}" if task.get("top1") is not None
-                              else f", overlap >= {r['min_topk_overlap']:.0%}")
-            figures = (text_figures(t["perplexity"], t["reference_perplexity"], t["kl"], t["top1"]) if t
-                       else task_figures(TaskMetrics.model_validate(task)) if task else "-")
-            table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
-                          f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
-                          figures, tolerance, r["reason"] or "-")
-        console.table(table)
+
+def _inspect_self_tests(console: Console, results: list[dict[str, Any]]) -> None:
+    from deployc.core.facts import TaskMetrics
+
+    table = Table("program", "backend", "self-test", "cases", "cosine", "SQNR", "held-out text / task samples",
+                  "tolerance", "why")
+    for r in results:
+        s, t, task = r["summary"], r.get("text"), r.get("task")
+        tolerance = f"cos >= {r['min_cosine']}, >= {r['min_sqnr_db']} dB"
+        if r.get("max_perplexity_ratio"):
+            tolerance += (f", ppl <= {r['max_perplexity_ratio']}x, KL <= {r['max_kl']}, "
+                          f"top-1 >= {r['min_top1']:.0%}")
+        elif task:
+            tolerance += (f", top-1 >= {r['min_top1']:.0%}" if task.get("top1") is not None
+                          else f", overlap >= {r['min_topk_overlap']:.0%}")
+        figures = (text_figures(t["perplexity"], t["reference_perplexity"], t["kl"], t["top1"]) if t
+                   else task_figures(TaskMetrics.model_validate(task)) if task else "-")
+        table.add_row(r["program"], r["backend"], r["status"], str(r["cases"]),
+                      f"{s['min_cosine']:.6f}" if s else "-", f"{s['min_sqnr_db']:.1f} dB" if s else "-",
+                      figures, tolerance, r["reason"] or "-")
+    console.table(table)
 
 
 def _byte_kinds_table(kinds: dict[str, dict[str, int]]) -> Table:
