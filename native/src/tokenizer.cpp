@@ -9,6 +9,7 @@
 #include <climits>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -244,8 +245,19 @@ class Regex {
 
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// `tokenizers`' SplitDelimiterBehavior: what a Split pre-tokenizer does with the matches it cuts at.
+enum class Behavior { Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous };
+
+Behavior behavior_of(const std::string& name) {
+  if (name == "Isolated") return Behavior::Isolated;
+  if (name == "Removed") return Behavior::Removed;
+  if (name == "MergedWithPrevious") return Behavior::MergedWithPrevious;
+  if (name == "MergedWithNext") return Behavior::MergedWithNext;
+  return Behavior::Contiguous;
+}
+
 // Splits s at the regex's matches the way `tokenizers`' SplitDelimiterBehavior does.
-std::vector<std::string> split_by(const Regex& re, const std::string& s, const std::string& behavior, bool invert) {
+std::vector<std::string> split_by(const Regex& re, const std::string& s, Behavior behavior, bool invert) {
   std::vector<std::pair<std::pair<size_t, size_t>, bool>> parts;  // (range, is delimiter)
   size_t prev = 0;
   for (auto [a, b] : re.find_all(s)) {
@@ -255,16 +267,16 @@ std::vector<std::string> split_by(const Regex& re, const std::string& s, const s
   }
   if (prev < s.size()) parts.push_back({{prev, s.size()}, invert});
   std::vector<std::pair<size_t, size_t>> out;
-  if (behavior == "Isolated") {
+  if (behavior == Behavior::Isolated) {
     for (auto& p : parts) out.push_back(p.first);
-  } else if (behavior == "Removed") {
+  } else if (behavior == Behavior::Removed) {
     for (auto& p : parts) if (!p.second) out.push_back(p.first);
-  } else if (behavior == "MergedWithPrevious") {
+  } else if (behavior == Behavior::MergedWithPrevious) {
     for (auto& p : parts) {
       if (p.second && !out.empty()) out.back().second = p.first.second;
       else out.push_back(p.first);
     }
-  } else if (behavior == "MergedWithNext") {
+  } else if (behavior == Behavior::MergedWithNext) {
     bool carry = false;
     for (auto& p : parts) {
       if (carry) out.back().second = p.first.second;
@@ -332,7 +344,7 @@ class HfTokenizer : public Tokenizer {
       if (it == id_to_token_.end() || special_ids_.count(id)) continue;
       tokens.push_back(it->second);
     }
-    if (decoder_ == "WordPiece") {
+    if (decoder_ == Decoder::WordPiece) {
       std::string out;
       for (size_t i = 0; i < tokens.size(); ++i) {
         std::string t = tokens[i];
@@ -345,7 +357,7 @@ class HfTokenizer : public Tokenizer {
       }
       return out;
     }
-    if (decoder_ == "ByteLevel") {
+    if (decoder_ == Decoder::ByteLevel) {
       std::string bytes;
       for (const auto& t : tokens) {
         std::vector<int32_t> cps;
@@ -377,12 +389,18 @@ class HfTokenizer : public Tokenizer {
   }
 
  private:
+  // The components of a tokenizer.json, each read once at load into one of the kinds this runner implements.
+  enum class Model { WordPiece, Bpe };
+  enum class Decoder { None, WordPiece, ByteLevel, Other };
+  enum class NormKind { Bert, Lowercase, StripAccents, Nfc, Nfd, Nfkc, Nfkd };
+  enum class PreKind { Bert, WhitespaceSplit, Split, ByteLevel };
   struct Normalizer {
-    std::string type;
+    NormKind kind;
     bool clean_text = false, chinese = false, strip_accents = false, lowercase = false;
   };
   struct PreTokenizer {
-    std::string type, behavior = "Isolated";
+    PreKind kind;
+    Behavior behavior = Behavior::Isolated;
     bool invert = false, add_prefix_space = false, use_regex = true;
     std::shared_ptr<Regex> regex;
   };
@@ -427,7 +445,7 @@ class HfTokenizer : public Tokenizer {
 
   void normalize(std::vector<int32_t>& cps) const {
     for (const auto& n : normalizers_) {
-      if (n.type == "BertNormalizer") {
+      if (n.kind == NormKind::Bert) {
         std::vector<int32_t> out;
         for (int32_t c : cps) {
           if (n.clean_text) {
@@ -445,18 +463,18 @@ class HfTokenizer : public Tokenizer {
         cps.swap(out);
         if (n.strip_accents) strip_accents(cps);
         if (n.lowercase) lowercase(cps);
-      } else if (n.type == "Lowercase") {
+      } else if (n.kind == NormKind::Lowercase) {
         lowercase(cps);
-      } else if (n.type == "StripAccents") {
+      } else if (n.kind == NormKind::StripAccents) {
         cps.erase(std::remove_if(cps.begin(), cps.end(), [](int32_t c) { return category(c) == UTF8PROC_CATEGORY_MN; }),
                   cps.end());
-      } else if (n.type == "NFC") {
+      } else if (n.kind == NormKind::Nfc) {
         normalize_form(cps, UTF8PROC_COMPOSE);
-      } else if (n.type == "NFD") {
+      } else if (n.kind == NormKind::Nfd) {
         normalize_form(cps, UTF8PROC_DECOMPOSE);
-      } else if (n.type == "NFKC") {
+      } else if (n.kind == NormKind::Nfkc) {
         normalize_form(cps, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-      } else if (n.type == "NFKD") {
+      } else if (n.kind == NormKind::Nfkd) {
         normalize_form(cps, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
       }
     }
@@ -467,7 +485,7 @@ class HfTokenizer : public Tokenizer {
     for (const auto& p : pre_tokenizers_) {
       std::vector<std::string> next;
       for (const auto& piece : pieces) {
-        if (p.type == "BertPreTokenizer" || p.type == "WhitespaceSplit") {
+        if (p.kind == PreKind::Bert || p.kind == PreKind::WhitespaceSplit) {
           std::vector<int32_t> cps;
           decode_utf8(piece, cps);
           std::string word;
@@ -475,7 +493,7 @@ class HfTokenizer : public Tokenizer {
             if (is_whitespace(c)) {
               if (!word.empty()) next.push_back(word);
               word.clear();
-            } else if (p.type == "BertPreTokenizer" && is_punctuation(c)) {
+            } else if (p.kind == PreKind::Bert && is_punctuation(c)) {
               if (!word.empty()) next.push_back(word);
               word.clear();
               next.push_back(to_utf8({c}));
@@ -484,12 +502,12 @@ class HfTokenizer : public Tokenizer {
             }
           }
           if (!word.empty()) next.push_back(word);
-        } else if (p.type == "Split") {
+        } else if (p.kind == PreKind::Split) {
           for (auto& s : split_by(*p.regex, piece, p.behavior, p.invert)) next.push_back(s);
-        } else if (p.type == "ByteLevel") {
+        } else if (p.kind == PreKind::ByteLevel) {
           std::string s = piece;
           if (p.add_prefix_space && (s.empty() || s[0] != ' ')) s = " " + s;
-          std::vector<std::string> split = p.use_regex ? split_by(*p.regex, s, "Isolated", false)
+          std::vector<std::string> split = p.use_regex ? split_by(*p.regex, s, Behavior::Isolated, false)
                                                        : std::vector<std::string>{s};
           for (const auto& w : split) {
             std::string mapped;
@@ -507,36 +525,43 @@ class HfTokenizer : public Tokenizer {
     std::vector<int32_t> cps;
     decode_utf8(word, cps);
     if (cps.empty()) return;
-    if (model_ == "WordPiece") {
-      if (cps.size() > max_chars_) {
+    if (model_ == Model::WordPiece) wordpiece(cps, ids);
+    else bpe(word, cps, ids);
+  }
+
+  // The longest vocabulary entry from the start, then from where it ended (with the subword prefix); a word
+  // with a piece in no entry is [UNK] whole.
+  void wordpiece(const std::vector<int32_t>& cps, std::vector<int64_t>& ids) const {
+    if (cps.size() > max_chars_) {
+      ids.push_back(unk_id_);
+      return;
+    }
+    std::vector<int64_t> pieces;
+    size_t start = 0;
+    while (start < cps.size()) {
+      size_t end = cps.size();
+      int64_t found = -1;
+      while (start < end) {
+        std::string sub = (start > 0 ? prefix_ : "") + to_utf8(cps, start, end);
+        auto it = vocab_.find(sub);
+        if (it != vocab_.end()) {
+          found = it->second;
+          break;
+        }
+        --end;
+      }
+      if (found < 0) {
         ids.push_back(unk_id_);
         return;
       }
-      std::vector<int64_t> pieces;
-      size_t start = 0;
-      while (start < cps.size()) {
-        size_t end = cps.size();
-        int64_t found = -1;
-        while (start < end) {
-          std::string sub = (start > 0 ? prefix_ : "") + to_utf8(cps, start, end);
-          auto it = vocab_.find(sub);
-          if (it != vocab_.end()) {
-            found = it->second;
-            break;
-          }
-          --end;
-        }
-        if (found < 0) {
-          ids.push_back(unk_id_);
-          return;
-        }
-        pieces.push_back(found);
-        start = end;
-      }
-      ids.insert(ids.end(), pieces.begin(), pieces.end());
-      return;
+      pieces.push_back(found);
+      start = end;
     }
-    // BPE: merge the adjacent pair with the lowest rank (leftmost on ties) until none is left.
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+  }
+
+  // Merge the adjacent pair with the lowest rank (leftmost on ties) until none is left.
+  void bpe(const std::string& word, const std::vector<int32_t>& cps, std::vector<int64_t>& ids) const {
     if (ignore_merges_) {
       auto it = vocab_.find(word);
       if (it != vocab_.end()) {
@@ -567,7 +592,9 @@ class HfTokenizer : public Tokenizer {
     }
   }
 
-  std::string model_, decoder_, prefix_ = "##";
+  Model model_ = Model::WordPiece;
+  Decoder decoder_ = Decoder::None;
+  std::string prefix_ = "##";
   bool cleanup_ = true, ignore_merges_ = false;
   size_t max_chars_ = 100;
   int64_t unk_id_ = -1;
@@ -593,16 +620,17 @@ bool flag(const json& j, const char* key, bool fallback) {
 std::unique_ptr<Tokenizer> HfTokenizer::load(const json& j, std::string& error) {
   auto t = std::unique_ptr<HfTokenizer>(new HfTokenizer());
   const json& m = j.at("model");
-  t->model_ = str(m, "type");
-  if (t->model_ != "WordPiece" && t->model_ != "BPE") {
-    error = "model type " + t->model_ + " (this runner reads WordPiece and byte-level BPE tokenizer.json files)";
+  const std::string model = str(m, "type");
+  if (model != "WordPiece" && model != "BPE") {
+    error = "model type " + model + " (this runner reads WordPiece and byte-level BPE tokenizer.json files)";
     return nullptr;
   }
+  t->model_ = model == "WordPiece" ? Model::WordPiece : Model::Bpe;
   for (auto& [token, id] : m.at("vocab").items()) {
     t->vocab_[token] = id.get<int64_t>();
     t->id_to_token_[id.get<int64_t>()] = token;
   }
-  if (t->model_ == "WordPiece") {
+  if (t->model_ == Model::WordPiece) {
     t->prefix_ = str(m, "continuing_subword_prefix", "##");
     t->max_chars_ = m.value("max_input_chars_per_word", 100);
   } else {
@@ -650,15 +678,18 @@ std::unique_ptr<Tokenizer> HfTokenizer::load(const json& j, std::string& error) 
   flatten(j.value("normalizer", json()), "normalizers", norms, flatten);
   flatten(j.value("pre_tokenizer", json()), "pretokenizers", pres, flatten);
   flatten(j.value("post_processor", json()), "processors", posts, flatten);
+  static const std::unordered_map<std::string, NormKind> normalizer_kinds = {
+      {"BertNormalizer", NormKind::Bert}, {"Lowercase", NormKind::Lowercase}, {"StripAccents", NormKind::StripAccents},
+      {"NFC", NormKind::Nfc}, {"NFD", NormKind::Nfd}, {"NFKC", NormKind::Nfkc}, {"NFKD", NormKind::Nfkd}};
   for (const auto& n : norms) {
-    Normalizer x{str(n, "type")};
-    static const std::vector<std::string> known = {"BertNormalizer", "Lowercase", "StripAccents", "NFC", "NFD", "NFKC",
-                                                   "NFKD"};
-    if (std::find(known.begin(), known.end(), x.type) == known.end()) {
-      error = "normalizer " + x.type;
+    const std::string type = str(n, "type");
+    auto kind = normalizer_kinds.find(type);
+    if (kind == normalizer_kinds.end()) {
+      error = "normalizer " + type;
       return nullptr;
     }
-    if (x.type == "BertNormalizer") {
+    Normalizer x{kind->second};
+    if (x.kind == NormKind::Bert) {
       x.clean_text = flag(n, "clean_text", true);
       x.chinese = flag(n, "handle_chinese_chars", true);
       x.lowercase = flag(n, "lowercase", true);
@@ -666,9 +697,18 @@ std::unique_ptr<Tokenizer> HfTokenizer::load(const json& j, std::string& error) 
     }
     t->normalizers_.push_back(x);
   }
+  static const std::unordered_map<std::string, PreKind> pre_tokenizer_kinds = {
+      {"BertPreTokenizer", PreKind::Bert}, {"WhitespaceSplit", PreKind::WhitespaceSplit}, {"Split", PreKind::Split},
+      {"ByteLevel", PreKind::ByteLevel}};
   for (const auto& p : pres) {
-    PreTokenizer x{str(p, "type")};
-    if (x.type == "Split") {
+    const std::string type = str(p, "type");
+    auto kind = pre_tokenizer_kinds.find(type);
+    if (kind == pre_tokenizer_kinds.end()) {
+      error = "pre-tokenizer " + type;
+      return nullptr;
+    }
+    PreTokenizer x{kind->second};
+    if (x.kind == PreKind::Split) {
       const json& pat = p.at("pattern");
       bool literal = pat.contains("String");
       std::string re_error;
@@ -678,16 +718,13 @@ std::unique_ptr<Tokenizer> HfTokenizer::load(const json& j, std::string& error) 
         error = "Split " + re_error;
         return nullptr;
       }
-      x.behavior = str(p, "behavior", "Isolated");
+      x.behavior = behavior_of(str(p, "behavior", "Isolated"));
       x.invert = flag(p, "invert", false);
-    } else if (x.type == "ByteLevel") {
+    } else if (x.kind == PreKind::ByteLevel) {
       x.add_prefix_space = flag(p, "add_prefix_space", false);
       x.use_regex = flag(p, "use_regex", true);
       std::string re_error;
       if (x.use_regex) x.regex = std::make_shared<Regex>(kGpt2Pattern, false, re_error);
-    } else if (x.type != "BertPreTokenizer" && x.type != "WhitespaceSplit") {
-      error = "pre-tokenizer " + x.type;
-      return nullptr;
     }
     t->pre_tokenizers_.push_back(x);
   }
@@ -715,12 +752,15 @@ std::unique_ptr<Tokenizer> HfTokenizer::load(const json& j, std::string& error) 
   if (std::none_of(t->template_.begin(), t->template_.end(), [](const auto& v) { return v.empty(); }))
     t->template_.insert(t->template_.begin(), std::vector<int64_t>{});  // no template: the text alone
   const json dec = j.value("decoder", json());
-  t->decoder_ = dec.is_null() ? "" : str(dec, "type");
-  if (t->decoder_ == "WordPiece") {
+  const std::string decoder = dec.is_null() ? "" : str(dec, "type");
+  t->decoder_ = decoder.empty() ? Decoder::None
+                : decoder == "WordPiece" ? Decoder::WordPiece
+                : decoder == "ByteLevel" ? Decoder::ByteLevel : Decoder::Other;
+  if (t->decoder_ == Decoder::WordPiece) {
     t->prefix_ = str(dec, "prefix", t->prefix_);
     t->cleanup_ = flag(dec, "cleanup", true);
   }
-  t->kind_ = t->model_ == "WordPiece" ? "wordpiece" : "bpe";
+  t->kind_ = t->model_ == Model::WordPiece ? "wordpiece" : "bpe";
   return t;
 }
 
