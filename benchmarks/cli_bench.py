@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from build_suite import TINY  # noqa: E402  - the one-model manifest the tests build many times
+from helpers.suites import TINY  # noqa: E402  - the one-model manifest the tests build many times
 
 
 def _bomb(levels: int) -> str:

@@ -8,7 +8,7 @@ per-call latency over 20 calls, for
 `deployc-runner` (built by `deployc native build`) and for the Python runtime (`deployc.runtime`).
 For a bundle with a pipeline (e.g. the RAG bundle), also: the end-to-end answer latency after load
 (every stage, text in, answer out), first-token latency and per-token latency, native vs `deployc
-run`'s runtime in-process; and tokenizer throughput (520 strings, tests/tokenizer_strings.py) of the
+run`'s runtime in-process; and tokenizer throughput (520 strings, tests/helpers/tokenizer_strings.py) of the
 native tokenizer vs Python's `tokenizers`.
 """
 

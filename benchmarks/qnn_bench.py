@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/qnn_bench.py
 
-1. A conv net and an attention block (tests/build_suite.py), each built for the NPU in every QNN scheme
+1. A conv net and an attention block (tests/helpers/suites.py), each built for the NPU in every QNN scheme
    and for XNNPACK (fp32 and w8a8): lowering time, .pte size, and the error against eager fp32 as the
    build measured it (QNN through the x86 HTP emulator, not a phone).
 2. The offline RAG example's retrieval on snapdragon (embedder on the NPU, fp16, 128 tokens) and on
@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from build_suite import QNN_SCHEMES  # noqa: E402
+from helpers.suites import QNN_SCHEMES  # noqa: E402
 from test_rag import QUESTIONS  # noqa: E402
 
 MODELS = {"conv": ("models.small:convnet", "image", "[1, 3, 32, 32]", "[0.0, 1.0]"),

@@ -6,7 +6,7 @@ QNN's HTP emulator here).
 
     .venv/bin/python benchmarks/rag_answers.py [DIST]   # DIST: dist/rag-offline/1.0.0 (`make demo` builds it)
 
-tests/test_rag.py holds the counts to a floor on every run; README.md reports them.
+tests/e2e/test_rag.py holds the counts to a floor on every run; README.md reports them.
 """
 
 from __future__ import annotations

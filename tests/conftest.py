@@ -2,17 +2,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from deployc.cli.app import main
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers package
+
+from helpers.projects import (
+    CHOOSE,
+    REPO,
+    Built,
+    Result,
+    build_json,
+    build_project,
+    make_project,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,13 +46,6 @@ def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     monkeypatch.setenv("DEPLOYC_CACHE_DIR", str(home / "deployc"))
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]):
     """Run the CLI in-process, as a user would type it."""
@@ -70,67 +70,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def run_subprocess(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                   timeout: float = 600) -> Result:
-    env = {**os.environ, **(env or {})}
-    env.pop("QNN_SDK_ROOT", None)
-    env.pop("DEPLOYC_TARGETS_PATH", None)
-    proc = subprocess.run([sys.executable, "-m", "deployc", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-@dataclass
-class Built:
-    folder: Path
-    manifest: Path
-    out: Path
-    cache: Path
-    report: dict
-    result: Result
-
-    def unit(self, model: str, target: str) -> dict:
-        return next(u for u in self.report["units"] if u["model"] == model and u["target"] == target)
-
-    def bundle(self, target: str) -> Path:
-        return self.out / "suite" / "1.0.0" / target
-
-
-def make_project(folder: Path, manifest_text: str, name: str = "suite.yaml") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "targets").exists():
-        shutil.copytree(REPO / "targets", folder / "targets")
-        shutil.copytree(REPO / "manifests" / "models", folder / "models",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copyfile(REPO / "tests" / "fixtures" / "testnets.py", folder / "models" / "testnets.py")
-    path = folder / name
-    path.write_text(manifest_text)
-    return path
-
-
-def build_json(manifest: Path, out: Path, cache: Path, *extra: str, timeout: float = 600,
-               env: dict[str, str] | None = None) -> tuple[Result, dict]:
-    import json
-
-    r = run_subprocess("build", str(manifest), "--out", str(out), "--cache-dir", str(cache), "--json", *extra,
-                       cwd=manifest.parent, timeout=timeout, env=env)
-    return r, json.loads(r.out) if r.out.strip() else {}
-
-
-def build_project(folder: Path, manifest_text: str, name: str, *extra: str, must_pass: bool = True) -> Built:
-    """A project of this manifest in folder/project (targets and model code beside it), built with --json
-    into folder/dist and folder/cache."""
-    manifest = make_project(folder / "project", manifest_text, name)
-    out, cache = folder / "dist", folder / "cache"
-    result, report = build_json(manifest, out, cache, *extra)
-    assert report and (result.code == 0 or not must_pass), result.err[-3000:]
-    return Built(folder / "project", manifest, out, cache, report, result)
-
-
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The shared build: every backend path that builds here, real export/lower/verify. Built once."""
-    from build_suite import SUITE, write_calibration
+    from helpers.suites import SUITE, write_calibration
 
     folder = tmp_path_factory.mktemp("suite")
     manifest = make_project(folder / "project", SUITE)
@@ -157,8 +100,8 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The QNN suite (tests/build_suite.py), built once: needs QNN's host libraries, which `make test` installs."""
-    from build_suite import QNN_SUITE
+    """The QNN suite (tests/helpers/suites.py), built once: needs QNN's host libraries, which `make test` installs."""
+    from helpers.suites import QNN_SUITE
 
     from deployc.targets.backends.qnn import host as qnn_host
 
@@ -174,31 +117,6 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from deployc.targets.native_build import build_runner
 
     return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)
-
-
-# The MLP's 8da4w program misses a 0.999 cosine (measured 0.989), its 8da8w one meets it (0.99994).
-CHOOSE = """\
-apiVersion: deployc/v1
-name: suite
-version: 1.0.0
-targets: [arduino_q]
-models:
-  small:
-    source: {factory: models.small:mlp, kwargs: {features: 64, hidden: 256, classes: 16}}
-    inputs:
-      x: {shape: [1, 64], dtype: float32, range: [-2.0, 2.0]}
-    quantization: {choose: [8da4w, 8da8w, fp32]}
-    verify: {min_cosine: 0.999}
-    overrides:
-      arduino_q: {unit: cpu}
-  fast:
-    source: {factory: models.small:mlp, kwargs: {features: 64, hidden: 256, classes: 16}}
-    inputs:
-      x: {shape: [1, 64], dtype: float32, range: [-2.0, 2.0]}
-    quantization: {choose: [fp32, 8da8w], by: latency}
-    overrides:
-      arduino_q: {unit: cpu}
-"""
 
 
 @pytest.fixture(scope="session")

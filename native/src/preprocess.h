@@ -1,5 +1,5 @@
 // Image and audio preprocessing steps of a pipeline (the runtime config's `image` and `audio` stages),
-// with the arithmetic of deployc/runtime/preprocess.py: the two agree to 1e-5 (tests/test_preprocess.py).
+// with the arithmetic of deployc/runtime/preprocess.py: the two agree to 1e-5 (tests/pipeline/test_preprocess.py).
 //   image: decode (PNG via libpng, JPEG via libjpeg(-turbo), EXIF orientation applied) -> resize
 //          (Pillow's 8-bit resampling, exactly) -> center_crop -> rescale -> normalize -> layout
 //   audio: decode_wav -> resample (Hann-windowed sinc) -> pad_or_trim -> log_mel (Whisper's recipe)

@@ -1,5 +1,5 @@
 """Writes the conformance vectors in this folder: per op, inputs, parameters and the outputs the op must
-give, which both runtimes are tested against (tests/test_conformance.py): deployc's Python ops and the
+give, which both runtimes are tested against (tests/pipeline/test_conformance.py): deployc's Python ops and the
 native runner's op table (`deployc-runner --op VECTOR.json`).
 
 The expected outputs come from references independent of deployc's own code: numpy closed forms

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from build_suite import TINY
-from conftest import REPO, build_json, make_project
+from helpers.projects import REPO, build_json, make_project
+from helpers.suites import TINY
 
 from deployc.build.cache import Cache
 from deployc.cli.reproducibility import compare_trees

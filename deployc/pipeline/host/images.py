@@ -2,7 +2,7 @@
 rescale -> normalize -> layout.
 
 The native runner (native/src/preprocess.cpp) implements the same steps with the same arithmetic; the two
-agree to 1e-5 (tests/test_preprocess.py, tests/conformance/). Resizing reproduces Pillow's 8-bit resampling
+agree to 1e-5 (tests/pipeline/test_preprocess.py, tests/conformance/). Resizing reproduces Pillow's 8-bit resampling
 exactly (the coefficients, their 22-bit fixed-point form, the rounding and clipping between the horizontal
 and vertical passes), and rescale/normalize reproduce transformers' image processors, so that a
 checkpoint's `preprocessor_config.json` gives the inputs it was trained on.

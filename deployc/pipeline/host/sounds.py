@@ -1,7 +1,7 @@
 """An audio stage's steps, as the runtime config declares them, in numpy: decode_wav -> resample ->
 pad_or_trim -> log_mel. Log-mel features follow Whisper's feature extractor (Hann window, centred
 reflect-padded frames, Slaney mel filters, log10, 8-decade floor, (x + 4) / 4). The native runner
-(native/src/preprocess.cpp) agrees to 1e-5 (tests/test_preprocess.py, tests/conformance/).
+(native/src/preprocess.cpp) agrees to 1e-5 (tests/pipeline/test_preprocess.py, tests/conformance/).
 """
 
 from __future__ import annotations

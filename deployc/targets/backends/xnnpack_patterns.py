@@ -7,7 +7,7 @@ is a new process. The matcher pairs each operator node of a pattern with a graph
 so a partition lacking an operator that all of a pass's patterns have cannot match: there the pass runs
 with no patterns, which is what it does anyway after finding no match (the same graph, so the same bytes).
 The shared operators are written here rather than found by tracing (the tracing is the cost);
-tests/test_xnnpack_patterns.py traces the installed ExecuTorch's real patterns and checks them.
+tests/targets/test_xnnpack_patterns.py traces the installed ExecuTorch's real patterns and checks them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,155 @@
+"""Programs for an arm64 device's CPU are also run by ExecuTorch's arm64 runtime under qemu-aarch64 (#30):
+judged with the unit's tolerances, cached by program key, skippable, `not-run` with the reason when the
+machine cannot run them; the arm64 runner itself is reproducible and runs bundles (`inspect --self-test
+--arch aarch64`, `run --arch aarch64`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers.projects import Built, build_json, build_project, run_subprocess
+
+MANIFEST = """\
+apiVersion: deployc/v1
+name: arm
+version: 1.0.0
+targets: [arduino_q]
+models:
+  mlp_fp32:
+    source: {factory: "models.small:mlp", kwargs: {features: 16, hidden: 32, classes: 4}}
+    inputs:
+      x: {shape: [batch, 16], range: [-2.0, 2.0]}
+    dims:
+      batch: {min: 1, max: 4}
+  mlp_8da8w:
+    source: {factory: "models.small:mlp"}
+    inputs:
+      x: {shape: [batch, 64]}
+    dims:
+      batch: {min: 1, max: 8}
+    quantization: 8da8w
+  tiny:
+    source: {factory: "models.small:mlp", kwargs: {features: 16, hidden: 32, classes: 4}}
+    inputs:
+      x: {shape: [1, 16]}
+    overrides:
+      arduino_q: {unit: mcu, quantization: w8a8}
+"""
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    return build_project(tmp_path_factory.mktemp("arm64"), MANIFEST, "arm.yaml")
+
+
+def test_cpu_programs_of_an_arm64_device_are_judged_on_arm64_kernels_too(arm: Built) -> None:
+    for model in ("mlp_fp32", "mlp_8da8w"):
+        unit = arm.unit(model, "arduino_q")
+        x86, a64 = unit["verification"], unit["arm64"]
+        assert x86["status"] == "passed"
+        assert a64["status"] == "passed", a64
+        assert a64["cpu"] == "cortex-a53"  # the UNO Q's cores, from its profile
+        assert a64["cases"] >= 1 and not a64["cached"]
+        # The same program, other kernels: close to x86's figures, judged with the same tolerances.
+        assert a64["metrics"]["min_cosine"] >= unit["verification"]["tolerance"]["min_cosine"]
+        assert abs(a64["metrics"]["min_cosine"] - x86["metrics"]["min_cosine"]) < 1e-3
+    assert "mlp_8da8w@arduino_q/cpu: checked on arm64 (cortex-a53, qemu) in " in arm.result.err
+    assert arm.unit("tiny", "arduino_q")["arm64"] is None  # the MCU is no arm64 CPU
+
+
+def test_a_rebuild_takes_the_arm64_measurement_from_the_cache(arm: Built, tmp_path: Path) -> None:
+    result, report = build_json(arm.manifest, tmp_path / "dist", arm.cache)
+    assert result.code == 0, result.err[-2000:]
+    unit = next(u for u in report["units"] if u["model"] == "mlp_8da8w")
+    assert unit["arm64"]["status"] == "passed" and unit["arm64"]["cached"]
+    assert unit["arm64"]["metrics"] == arm.unit("mlp_8da8w", "arduino_q")["arm64"]["metrics"]
+    assert "checked on arm64" not in result.err
+
+
+def test_no_emulate_reports_the_check_not_run(arm: Built, tmp_path: Path) -> None:
+    result = run_subprocess("build", str(arm.manifest), "--out", str(tmp_path / "dist"), "--cache-dir",
+                            str(arm.cache), "--no-emulate", cwd=arm.folder)
+    assert result.code == 0, result.err[-2000:]
+    assert "not run on arm64: mlp_fp32 on arduino_q: skipped: deployc build --no-emulate" in result.out
+
+
+def test_without_qemu_the_check_is_not_run_with_the_reason(arm: Built, tmp_path: Path) -> None:
+    result, report = build_json(arm.manifest, tmp_path / "dist", tmp_path / "cache2",
+                                env={"DEPLOYC_QEMU_AARCH64": "/nonexistent/qemu-aarch64"})
+    assert result.code == 0, result.err[-2000:]
+    a64 = next(u for u in report["units"] if u["model"] == "mlp_fp32")["arm64"]
+    assert a64["status"] == "not-run"
+    assert a64["reason"].startswith("no arm64 runner on this machine: /nonexistent/qemu-aarch64 not found")
+
+
+def test_a_miss_on_arm64_fails_the_unit_naming_the_cpu_and_the_figure(arm: Built) -> None:
+    from deployc.build.arm64_check import _judged
+    from deployc.build.results import UnitResult, Verification
+
+    plan_unit = _unit_plan(arm)
+    passed = UnitResult(unit=plan_unit, status="built", program="/x/program.pte",
+                        verification=Verification(status="passed", tolerance=_tolerance(plan_unit)))
+    judged = _judged(passed, {"status": "measured", "reason": "", "cases": 3, "min_cosine": 0.91,
+                              "min_sqnr_db": 9.5, "max_abs": 0.4}, seconds=0.5)
+    assert judged.status == "failed" and judged.arm64 is not None and judged.arm64.status == "failed"
+    assert judged.failure is not None and judged.failure.step == "verify-arm64"
+    assert judged.failure.error.startswith("on arm64 (ExecuTorch's aarch64 runtime under qemu-aarch64 -cpu "
+                                           "cortex-a53), verification against eager PyTorch missed: cosine 0.910000")
+    crashed = _judged(passed, {"status": "failed", "reason": "program.forward: execution failed (error 18)",
+                               "cases": 0}, seconds=0.5)
+    assert crashed.status == "failed" and crashed.failure is not None
+    assert crashed.failure.error.endswith("execution failed (error 18)")
+
+
+def _unit_plan(arm: Built):  # type: ignore[no-untyped-def]
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
+
+    plan = make_plan(load_project(arm.manifest), detect())
+    return next(u for u in plan.units() if u.model == "mlp_8da8w")
+
+
+def _tolerance(unit):  # type: ignore[no-untyped-def]
+    from deployc.build.results import Tolerance
+
+    v = unit.verify
+    return Tolerance(min_cosine=v.min_cosine, min_sqnr_db=v.min_sqnr_db, max_abs=v.max_abs)
+
+
+def test_inspect_self_test_on_arm64(arm: Built) -> None:
+    result = run_subprocess("inspect", str(arm.out / "arm" / "1.0.0" / "arduino_q"), "--self-test", "--arch", "aarch64", "--json",
+                            cwd=arm.folder)
+    assert result.code == 0, result.err[-2000:]
+    rows = {r["program"]: r for r in json.loads(result.out)["self_test"]}
+    assert rows["mlp_8da8w"]["status"] == "passed" and rows["mlp_8da8w"]["summary"]["min_cosine"] > 0.99
+    assert rows["tiny"]["status"] == "not-run"
+    assert "this runner has no cortex_m delegate" in rows["tiny"]["reason"]
+
+
+def test_the_arm64_runner_builds_reproducibly(arm: Built, tmp_path: Path) -> None:
+    from deployc.targets import arm64_runner
+
+    shared = arm64_runner.prepare(lambda _: None)
+    again = arm64_runner.prepare(lambda _: None, tmp_path / "build")
+    assert again.binary.read_bytes() == shared.binary.read_bytes()
+    copy, system = again.libraries()
+    assert {p.name for p in copy} >= {"libexecutorch.so", "libexecutorch_backend_xnnpack.so", "libsentencepiece.so.0"}
+    assert "libc.so.6" in system
+    shutil.rmtree(tmp_path / "build")
+
+
+def test_an_executorch_other_than_the_pinned_one_gets_no_arm64_runtime(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    from deployc.targets import arm64_runner
+
+    monkeypatch.setenv("DEPLOYC_TOOLCHAINS", str(tmp_path))
+    monkeypatch.setattr(arm64_runner.installed, "version", lambda name: "9.9.0")
+    with pytest.raises(arm64_runner.Unavailable, match=re.escape("pinned to executorch 1.5.1; this environment has "
+                                                                 "executorch 9.9.0")):
+        arm64_runner.runtime(lambda _: None)
+    assert not any(tmp_path.iterdir())  # nothing fetched, nothing half-written

@@ -1,0 +1,299 @@
+"""The static form of deployc's decoder (graph/static_decoder.py: KV caches in and out, fixed chunks,
+masks as inputs) driven by pipeline/host/static_decoding.py computes what the decoder with its cache
+inside computes: prompts longer and shorter than a chunk, decoding after them, a second prompt over the
+first's cache, every architecture the decoder knows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.decoders import ARCHS, BASE, save_decoder
+
+torch = pytest.importorskip("torch")
+
+
+def _eager_call(static: torch.nn.Module):  # type: ignore[no-untyped-def]
+    def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.no_grad():
+            return [t.numpy() for t in static(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
+    return call
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_computes(tmp_path: Path,
+                                                                                    arch: str) -> None:
+    from deployc.graph.decoder import load_decoder
+    from deployc.graph.static_decoder import StaticDecoder, layout
+    from deployc.pipeline.host.static_decoding import StaticDecoding
+
+    save_decoder(tmp_path / arch, arch)
+    context, chunk = 48, 8
+    cached = load_decoder(tmp_path / arch, context)
+    session = StaticDecoding(layout(cached, context, chunk), _eager_call(StaticDecoder(cached, context).eval()))
+    g = torch.Generator().manual_seed(3)
+    # 19 tokens: two full chunks and a padded one; then 3 decodes; then a shorter prompt over the same caches.
+    calls = [torch.randint(0, BASE["vocab_size"], (1, 19), generator=g)]
+    calls += [torch.randint(0, BASE["vocab_size"], (1, 1), generator=g) for _ in range(3)]
+    second = torch.randint(0, BASE["vocab_size"], (1, 5), generator=g)
+    with torch.no_grad():
+        pos = 0
+        for tokens in calls:
+            positions = torch.arange(pos, pos + tokens.shape[1])
+            want = cached(tokens, positions)
+            got = session.forward(tokens.numpy(), positions.numpy())
+            assert got.shape == (1, BASE["vocab_size"])
+            assert np.allclose(got, want.numpy(), atol=1e-4), f"{arch} at positions {pos}..{int(positions[-1])}"
+            pos += tokens.shape[1]
+        want = cached(second, torch.arange(5))
+        assert np.allclose(session.forward(second.numpy(), np.arange(5)), want.numpy(), atol=1e-4)
+
+
+def test_a_call_beyond_the_context_is_refused_before_the_program_runs() -> None:
+    from deployc.core.static_decoder import StaticDecoderLayout
+    from deployc.pipeline.host.static_decoding import StaticDecoding
+
+    ran: list[str] = []
+    session = StaticDecoding(StaticDecoderLayout(chunk=4, context=8, layers=1, kv_heads=1, head_dim=2),
+                             lambda method, inputs: ran.append(method) or [])
+    with pytest.raises(ValueError, match=r"positions 6\.\.8 are beyond the context of 8"):
+        session.forward(np.zeros((1, 3)), np.arange(6, 9))
+    with pytest.raises(ValueError, match="consecutive"):
+        session.forward(np.zeros((1, 2)), np.array([0, 2]))
+    assert ran == []
+
+
+def _project(tmp_path: Path, models_text: str, targets: str = "[snapdragon]") -> Path:
+    from helpers.projects import make_project
+
+    manifest = make_project(tmp_path / "project", f"apiVersion: deployc/v1\nname: t\nversion: 0.1.0\n"
+                            f"targets: {targets}\nmodels:\n" + models_text, "m.yaml")
+    save_decoder(tmp_path / "project" / "hf" / "llama", "llama")
+    return manifest
+
+
+LLM = "  llm:\n    task: text-generation\n    source: {huggingface: hf/llama}\n    quantization: w8a8\n"
+
+
+@pytest.mark.parametrize("model_text,message", [
+    ("    npu: {prefill: 32, context: 16}\n",
+     "m.yaml:10:20: error: models.llm.npu.prefill: a chunk of 32 tokens is longer than the context of 16"),
+    ("    npu: {prefill: 8, context: 100}\n",
+     "m.yaml:10:32: error: models.llm.npu.context: 100 positions are beyond the model's constants.max_seq_len (64)"),
+    ("    overrides:\n      snapdragon: {npu: {prefill: 8, context: 100}}\n",
+     "m.yaml:11:47: error: models.llm.overrides.snapdragon.npu.context: 100 positions are beyond the model's "
+     "constants.max_seq_len (64)"),
+])
+def test_a_static_form_that_cannot_be_is_a_located_error(tmp_path: Path, model_text: str, message: str, cli) -> None:
+    r = cli("validate", str(_project(tmp_path, LLM + model_text)))
+    assert r.code == 2 and message in r.err, r.err
+
+
+def test_the_static_form_is_for_decoders(tmp_path: Path, cli) -> None:
+    manifest = _project(tmp_path, "  mlp:\n    source: {factory: 'models.small:mlp'}\n"
+                                  "    inputs: {x: {shape: [1, 64]}}\n    npu: {prefill: 8, context: 16}\n")
+    r = cli("validate", str(manifest))
+    assert r.code == 2
+    assert ("m.yaml:9:5: error: models.mlp.npu: the static form applies to text-generation models with the decoder's "
+            "inputs (tokens, input_pos)") in r.err
+
+
+def test_a_decoder_without_its_static_form_is_planned_on_the_cpu_with_the_reason(tmp_path: Path, cli) -> None:
+    r = cli("plan", str(_project(tmp_path, LLM)))
+    assert r.code == 0, r.err
+    assert ("llm on snapdragon: skipped npu (qnn): takes a decoder only in its static form (KV caches in and out, "
+            "fixed chunks): give models.llm.npu: {prefill: N, context: M}, or overrides.snapdragon.npu") in r.out
+    pinned = LLM + "    overrides:\n      snapdragon: {unit: npu}\n"
+    r = cli("plan", str(_project(tmp_path, pinned)))
+    assert r.code == 2 and "m.yaml:11:26: error: models.llm.overrides.snapdragon.unit: unit 'npu' (qnn) cannot " \
+                           "build this model: takes a decoder only in its static form" in r.err, r.err
+
+
+def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli) -> None:
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
+
+    manifest = _project(tmp_path, LLM + "    npu: {prefill: 8, context: 40}\n    overrides:\n      snapdragon: "
+                                        "{unit: npu}\n")
+    [unit] = make_plan(load_project(manifest), detect()).units()
+    assert (unit.unit, unit.backend, unit.quantization) == ("npu", "qnn", "w8a8")
+    assert unit.export.static is not None and (unit.export.static.prefill, unit.export.static.context) == (8, 40)
+    assert unit.lower.constants["max_seq_len"] == 40 and unit.load.context == 40
+    assert [(d.name, d.min, d.max) for d in unit.export.dims] == [("seq", 1, 40)]  # judged within the context
+    r = cli("plan", str(manifest))
+    assert ("llm on snapdragon (npu): static form: a prefill method of 8 tokens a call and a decode method of 1, KV "
+            "caches of 40 positions in and out; calibrated on the held-out text through the same driver") in r.out
+
+
+NPU_DECODER = """\
+apiVersion: deployc/v1
+name: npu-gen
+version: 0.1.0
+targets: [snapdragon]
+models:
+  llm:
+    task: text-generation
+    source: {huggingface: hf/llama}
+    quantization: fp16
+    npu: {prefill: 8, context: 48}
+    overrides:
+      snapdragon: {unit: npu}
+  coded:
+    task: text-generation
+    source: {factory: "models.testnets:deployc_decoder"}
+    inputs:
+      tokens: {shape: [1, seq], dtype: int64, range: [0, 119]}
+      input_pos: {shape: [seq], dtype: int64, fill: arange}
+    dims: {seq: {min: 1, max: 48}}
+    outputs: {logits: {shape: [1, 120]}}
+    constants: {max_seq_len: 48, eos_ids: [2], vocab_size: 120}
+    quantization: fp16
+    npu: {prefill: 8, context: 48}
+    overrides:
+      snapdragon: {unit: npu}
+pipeline:
+  inputs: {query: {type: text}}
+  outputs: {answer: answer.text, tokens: answer.tokens}
+  tokenizers:
+    words: {huggingface: hf/llama}
+  stages:
+    - {name: answer, op: generate, model: llm, tokenizer: words, prompt: query, max_new_tokens: 12}
+"""
+
+
+@pytest.fixture(scope="module")
+def npu_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny decoder in the static form on the snapdragon npu, fp16, verified on the HTP emulator (about a
+    minute on 2 cores)."""
+    from helpers.projects import build_json, make_project
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    folder = tmp_path_factory.mktemp("npu-decoder")
+    manifest = make_project(folder / "project", NPU_DECODER, "gen.yaml")
+    directory = folder / "project" / "hf" / "llama"
+    save_decoder(directory, "llama")
+    # The same vocabulary as WordPiece, which the native runner reads too (not WordLevel).
+    tk = Tokenizer(models.WordPiece(Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab(),
+                                    unk_token="[UNK]"))
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.BertPreTokenizer(), decoders.WordPiece()
+    tk.save(str(directory / "tokenizer.json"))
+    result, report = build_json(manifest, folder / "dist", folder / "cache", timeout=1200)
+    assert result.code == 0, result.err[-3000:]
+    assert [u["status"] for u in report["units"]] == ["built", "built"]
+    return folder / "dist" / "npu-gen" / "0.1.0" / "snapdragon"
+
+
+@pytest.mark.slow
+def test_the_npu_decoder_is_verified_on_the_emulator_and_described_for_the_app(npu_decoder: Path) -> None:
+    import json
+
+    config = json.loads((npu_decoder / "runtime.json").read_text())
+    llm, coded = (next(p for p in config["programs"] if p["name"] == n) for n in ("llm", "coded"))
+    # A factory's decoder (deployc's class, built in code) gets the same form; without a tokenizer it is
+    # judged by greedy parity from seeded prompts.
+    assert (coded["unit"], coded["static_decoder"]["context"]) == ("npu", 48)
+    assert coded["verification"]["status"] == "passed" and coded["verification"]["tokens_generated"] == 32
+    assert coded["verification"]["tokens_prompts"] == 8 and coded["verification"]["text_positions"] == 0
+    assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "fp16")
+    v = llm["verification"]
+    assert v["status"] == "passed" and v["tokens_matched"] == 32 and v["tokens_identical"] == 8
+    assert v["text_positions"] == 4 * 48 and v["top1"] == 1.0 and v["kl"] < 1e-4
+    assert llm["static_decoder"] == {
+        "prefill_method": "prefill", "decode_method": "decode", "chunk": 8, "context": 48, "layers": 2,
+        "kv_heads": 2, "head_dim": 8, "masked_value": -255.0, "update": "index_write",
+        "mask_layout": "[1, 1, T, context + T]: keys are the cache slots, then the call's T tokens; the query at "
+                       "position p sees the slots before the call's first position and the call's own tokens up to p"}
+    methods = {m["name"]: m for m in llm["methods"]}
+    shapes = {name: [(t["name"], t["dtype"], [d["value"] for d in t["shape"]]) for t in methods[name]["inputs"][:4]]
+              for name in ("prefill", "decode")}
+    assert shapes["prefill"] == [("tokens", "int32", [1, 8]), ("input_pos", "int32", [8]),
+                                 ("mask", "float32", [1, 1, 8, 56]), ("k_cache_0", "float32", [1, 2, 48, 8])]
+    assert shapes["decode"][2] == ("mask", "float32", [1, 1, 1, 49])
+    assert [(t["name"], [d["value"] for d in t["shape"]]) for t in methods["prefill"]["outputs"][:2]] == [
+        ("logits", [1, 8, BASE["vocab_size"]]), ("k_0", [1, 2, 8, 8])]
+    assert methods["prefill"]["delegates"] == ["QnnBackend"] and methods["decode"]["delegates"] == ["QnnBackend"]
+    generate = next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")
+    assert json.loads(generate["params_json"])["max_seq_len"] == 48  # the context it was built with
+
+
+@pytest.mark.slow
+def test_deployc_run_and_the_native_runner_generate_the_same_tokens(npu_decoder: Path, runner: Path,
+                                                                    tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    from helpers.projects import run_subprocess
+
+    from deployc.targets.backends.qnn.host import environment
+
+    long = " ".join(["how do bees find flowers ?"] * 20)  # 120 words: beyond the 48-position context
+    for query in ("how do bees find flowers ?", long):
+        r = run_subprocess("run", str(npu_decoder), "--input", f"query={query}", "--json", cwd=tmp_path,
+                           env={"DEPLOYC_CACHE_DIR": str(tmp_path / "cache")})
+        assert r.code == 0, r.err[-2000:]
+        python = json.loads(r.out)
+        proc = subprocess.run([str(runner), str(npu_decoder), "--pipeline", "--text", f"query={query}"],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, **environment()})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        native = json.loads(proc.stdout)
+        assert native["stages"]["answer"]["tokens"]["data"] == python["outputs"]["tokens"][0]
+        assert native["outputs"]["answer"] == python["outputs"]["answer"] != ""
+        assert python["generation"]["prompt_tokens"] == (7 if query != long else 36)  # 48 - 12 new: the last 36
+
+
+@pytest.mark.slow
+def test_the_self_tests_drive_the_static_form_on_the_host_and_natively(npu_decoder: Path, runner: Path,
+                                                                       cli) -> None:
+    import json
+    import os
+    import subprocess
+
+    from deployc.targets.backends.qnn.host import environment
+
+    r = cli("inspect", str(npu_decoder), "--self-test", "--json")
+    assert r.code == 0, r.err[-2000:]
+    host = next(p for p in json.loads(r.out)["self_test"] if p["program"] == "llm")
+    proc = subprocess.run([str(runner), str(npu_decoder), "--self-test"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **environment()})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    native = next(p for p in json.loads(proc.stdout)["programs"] if p["program"] == "llm")
+    assert host["status"] == native["status"] == "passed"
+    assert abs(host["text"]["kl"] - native["text"]["kl"]) < 1e-6 and host["cases"] == native["cases"]
+
+
+NOT_OURS = """\
+apiVersion: deployc/v1
+name: not-ours
+version: 0.1.0
+targets: [snapdragon]
+models:
+  llm:
+    task: text-generation
+    source: {factory: "models.tiny_llm:build", kwargs: {vocab_size: 64, dim: 16, layers: 1, heads: 2, hidden: 32,
+                                                          max_seq_len: 32}}
+    inputs:
+      tokens: {shape: [1, seq], dtype: int64, range: [0, 63]}
+      input_pos: {shape: [seq], dtype: int64, fill: arange}
+    dims: {seq: {min: 1, max: 32}}
+    constants: {max_seq_len: 32, eos_ids: [2]}
+    quantization: fp16
+    npu: {prefill: 8, context: 32}
+    overrides:
+      snapdragon: {unit: npu}
+"""
+
+
+@pytest.mark.slow
+def test_a_decoder_the_static_form_cannot_be_made_from_fails_at_export_naming_why(tmp_path: Path) -> None:
+    from helpers.projects import make_project, run_subprocess
+
+    manifest = make_project(tmp_path / "project", NOT_OURS, "m.yaml")
+    r = run_subprocess("build", str(manifest), "--out", str(tmp_path / "dist"), "--cache-dir", str(tmp_path / "cache"),
+                       cwd=manifest.parent)
+    assert r.code == 1 and "Traceback" not in r.err
+    assert ("FAILED llm on snapdragon (npu) at export: the static form is made from deployc's decoder (a "
+            "Llama-family Hugging Face directory, or a factory returning deployc.graph.decoder.Decoder); this model "
+            "is a TinyLlama") in r.out, r.out

@@ -1,0 +1,81 @@
+"""XNNPACK's SDPA and bilinear pattern passes skip their patterns where none can match
+(deployc/targets/backends/xnnpack_patterns.py): the operators it takes every pattern to share are the real
+patterns' shared operators, and programs lower to the same bytes with the skip as without it. One fresh
+process for both: the skip is installed process-wide, and the patterns traced once serve both checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from helpers.projects import REPO
+
+LOWER_BOTH_WAYS = """
+import hashlib, torch
+import torch.nn.functional as F
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+from executorch.exir import to_edge_transform_and_lower
+from deployc.targets.backends import xnnpack_patterns
+
+for patterns, written in ((sdpa.get_graphs(), xnnpack_patterns.SDPA_OPERATORS),
+                          (bilinear_2d.get_graphs(), xnnpack_patterns.BILINEAR_OPERATORS)):
+    assert patterns
+    shared = set.intersection(*(xnnpack_patterns.operator_names(p) for p in patterns))
+    assert shared == written, (sorted(shared), sorted(written))
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+class Upsample(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    def forward(self, x):
+        y = self.conv(x)
+        return F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False) + F.interpolate(
+            y, scale_factor=2, mode="bilinear", align_corners=True)
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).view(1, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+torch.manual_seed(0)
+cases = [(Mlp(), (torch.randn(2, 8),)), (Upsample(), (torch.randn(1, 3, 8, 8),)),
+         (Attention(), (torch.randn(1, 8, 16), torch.zeros(8, 8).masked_fill(torch.ones(8, 8).triu(1) > 0, -1e4)))]
+
+def lowered():
+    out = []
+    for model, example in cases:
+        program = to_edge_transform_and_lower(torch.export.export(model.eval(), example),
+                                              partitioner=[XnnpackPartitioner()]).to_executorch()
+        out.append(hashlib.sha256(program.buffer).hexdigest())
+    return out
+
+calls = []
+original = xnnpack_patterns.operator_names
+xnnpack_patterns.operator_names = lambda gm: calls.append(original(gm)) or calls[-1]
+plain = lowered()
+xnnpack_patterns.install()
+skipping = lowered()
+assert skipping == plain, (plain, skipping)
+assert calls, "the wrapped passes did not run"
+assert any(not xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "no partition skipped its patterns"
+assert any(xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "the upsample's partition was skipped"
+print("same", len(calls))
+"""
+
+
+def test_the_patterns_share_the_operators_written_and_programs_lower_to_the_same_bytes_with_the_skip() -> None:
+    r = subprocess.run([sys.executable, "-c", LOWER_BOTH_WAYS], capture_output=True, text=True, cwd=REPO,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[0] == "same"
