@@ -179,16 +179,18 @@ def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(
     proc = _deployc("build", str(manifest), "--executor", "ray", "--ray-address", cluster.address,
                     "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--json",
                     cwd=manifest.parent)
-    victim = None
-    deadline = time.monotonic() + 120
-    while victim is None and time.monotonic() < deadline and proc.poll() is None:
-        found = subprocess.run(["pgrep", "-f", "^ray::deployc:b@arduino_q"], capture_output=True, text=True)
-        victim = int(found.stdout.split()[0]) if found.stdout.strip() else None
-        time.sleep(0.2)
-    assert victim is not None, "unit b never started"
-    time.sleep(1.0)  # in the middle of the unit: loading torch, exporting
+    said = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the driver prints the task's first event: unit b is running, torch not yet loaded
+        said.append(line)
+        if "b@arduino_q/cpu: running on node " in line:
+            break
+    found = subprocess.run(["pgrep", "-f", "^ray::deployc:b@arduino_q"], capture_output=True, text=True)
+    assert found.stdout.strip(), "unit b never started: " + "".join(said)[-2000:]
+    victim = int(found.stdout.split()[0])
     os.kill(victim, signal.SIGKILL)
     r, report = _finish(proc)
+    r = Result(r.code, r.out, "".join(said) + r.err)
     assert r.code == 0, r.err[-3000:]
     assert compare_trees(local_out, tmp_path / "out") == []
     attempts = {u["model"]: u["attempts"] for u in report["units"]}

@@ -89,10 +89,13 @@ def test_plan_sees_a_corpus_edit_that_keeps_size_and_mtime(tmp_path: Path) -> No
     text = (folder / "rag_offline.yaml").read_text().replace('corpus: "corpus/*.md"', 'corpus: "big/*.md"')
     (folder / "rag.yaml").write_text(text)
     cache = tmp_path / "cache"
-    time.sleep(2.1)  # older than RACY_NS: the next plan may trust its record
     before = _index_key(folder, cache)
-    assert len(list((cache / "hashes").rglob("*.json"))) == 2  # the corpus and the decoder's weights, under --cache-dir ...
+    records = list((cache / "hashes").rglob("*.json"))
+    assert len(records) == 2  # the corpus and the decoder's weights, under --cache-dir ...
     assert not (folder / "home").exists()  # ... and nowhere else
+    for record in records:  # as if hashed long after the files last changed: the next plan trusts them
+        known = json.loads(record.read_text())
+        record.write_text(json.dumps({**known, "hashed_at_ns": time.time_ns() + 10**10}))
     assert _index_key(folder, cache) == before
     st = big.stat()
     _big(big, b"HONEYBEES FIND FLOWERS BY DANCING. ")
