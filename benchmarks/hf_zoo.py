@@ -56,7 +56,7 @@ class Arch:
     task: str
     make: Callable[[Any], Any]  # transformers module -> an untrained model
     # The seq range on the CPU where the config's 2..64 does not export: the edit deployc's located error
-    # gives (docs/benchmarks.md, "The CPU on 97 of the 99").
+    # gives (docs/benchmarks.md, "Architecture coverage").
     seq: tuple[int, int] | None = None
     # Scale each convolution and linear layer, in the order they run, so that its output has unit variance on
     # sample inputs (LSUV, Mishkin & Matas 2016): the activations of a trained network's normalised layers,
