@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install system-deps arm64-runner clean
+.PHONY: demo test test-all install system-deps arm64-runner clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # pytorchcv: the coverage zoo's mobile families (benchmarks/cv_models.py). Its metadata asks for torchvision,
@@ -43,8 +43,15 @@ demo: $(STAMP) arm64-runner
 	$(BIN)/deployc build manifests/rag_offline.yaml --out dist --force
 	$(BIN)/deployc run dist/rag-offline/1.0.0/arduino_q --input query="How do honeybees find flowers?"
 
-# Install everything, lint and type-check, then run the whole test suite.
+# Install everything, lint and type-check, then run the test suite: every test but those marked `full`
+# (docs/benchmarks.md, "The test suite and CI", says what they are and what they cost).
 test: $(STAMP) system-deps arm64-runner
+	$(BIN)/ruff check deployc tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -m "not full"
+
+# The same, with the tests marked `full` too: the whole suite.
+test-all: $(STAMP) system-deps arm64-runner
 	$(BIN)/ruff check deployc tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -22,6 +22,15 @@ from helpers.projects import (
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of the RAG example's bundle runs in `make test-all` only: building it (MiniLM and the
+    decoder for both targets, the NPU's index on the HTP emulator) takes most of ten minutes; `make demo`
+    builds and answers from it, and the suite's own bundles cover each backend, op and program form."""
+    for item in items:
+        if "rag" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.full)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory: pytest.TempPathFactory):
     """Nothing a test runs writes into the user's cache: session fixtures' builds and their processes get a

@@ -131,6 +131,7 @@ def test_inspect_self_test_on_arm64(arm: Built) -> None:
     assert "this runner has no cortex_m delegate" in rows["tiny"]["reason"]
 
 
+@pytest.mark.full  # two cross builds of the runner
 def test_the_arm64_runner_builds_reproducibly(arm: Built, tmp_path: Path) -> None:
     from deployc.targets import arm64_runner
 

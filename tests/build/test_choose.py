@@ -184,6 +184,7 @@ models:
     assert "16a8w: accepts fp32, 8da8w, 8da4w, w8a8; not 16a8w" in r.err
 
 
+@pytest.mark.full  # NPU candidates then CPU ones
 def test_no_candidate_passing_on_the_npu_falls_back_to_the_cpus_candidates(tmp_path: Path) -> None:
     """fallback: next applies to a choice too: the NPU's 16a4w misses 0.9999, the CPU's 8da8w meets it."""
     text = """\

@@ -140,6 +140,7 @@ models:
     ("tied_8da8w", True, "external", "8da8w"), ("untied_8da8w", False, "external", "8da8w")])
 
 
+@pytest.mark.full  # a second data-file build
 def test_tied_input_output_weights_are_stored_once_outside_the_program(tmp_path: Path, runner: Path) -> None:
     """weights: external: a tied 4000x64 table is stored once in the .ptd, in fp32 (1,024,000 B), int8
     and int4; inside a .pte it is stored twice (the embedding's constant and XNNPACK's copy for the

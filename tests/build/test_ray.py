@@ -173,6 +173,7 @@ def test_ray_build_spreads_over_both_nodes_and_equals_the_local_build(
     assert compare_trees(local_out, tmp_path / "out2") == []
 
 
+@pytest.mark.full  # a further Ray build; the cluster's own test runs in make test
 def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(
         cluster: Cluster, fanout: tuple[Path, Path], tmp_path: Path) -> None:
     manifest, local_out = fanout
@@ -199,6 +200,7 @@ def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(
     assert next(u for u in report["units"] if u["model"] == "b")["built_on"]["pid"] != victim
 
 
+@pytest.mark.full  # a further Ray build; the cluster's own test runs in make test
 def test_a_unit_that_fails_for_a_real_reason_fails_once(cluster: Cluster, tmp_path: Path) -> None:
     manifest = make_project(tmp_path / "project", FAILING, "failing.yaml")
     r, report = _finish(_deployc("build", str(manifest), "--executor", "ray", "--ray-address", cluster.address,
@@ -250,6 +252,7 @@ def test_a_bad_cpus_per_unit_setting_is_refused(cli, project: Path, monkeypatch:
                              "1 or more")
 
 
+@pytest.mark.full  # a further Ray build; the cluster's own test runs in make test
 def test_without_an_address_the_build_starts_and_stops_its_own_cluster(cluster: Cluster, tmp_path: Path) -> None:
     one = MANIFEST.split("  b:")[0]  # model a only
     manifest = make_project(tmp_path / "project", one, "one.yaml")
@@ -265,6 +268,7 @@ def test_without_an_address_the_build_starts_and_stops_its_own_cluster(cluster: 
     assert subprocess.run(["pgrep", "-c", "raylet"], capture_output=True, text=True).stdout.strip() == raylets
 
 
+@pytest.mark.full  # a further Ray build; the cluster's own test runs in make test
 def test_an_unreachable_cluster_fails_in_seconds_with_the_address(project: Path) -> None:
     manifest = make_project(project, MANIFEST, "fanout.yaml")
     r = run_subprocess("build", str(manifest), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", "out",

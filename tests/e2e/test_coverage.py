@@ -18,6 +18,9 @@ from hf_zoo import ARCHS, manifest, save
 
 # Decoder (text generation), conv net, detector (DETR: queries, boxes; YOLOS misses w8a8 at 19.2 dB), audio. The encoder family's
 # BERT is tests/e2e/test_huggingface.py's (the same config and seed, in fp32, 8da8w and w8a8): not built twice.
+pytestmark = pytest.mark.full  # the zoo's CI subset: minutes of builds; `make test-all` and benchmarks/coverage.py
+
+
 SUBSET = ("llama", "resnet", "detr", "whisper")
 # CvT in w8a8 alone: its class token's concatenation takes static int8 to 4 dB; the float fallback's row.
 # SqueezeNet in fp32: a pytorchcv row (a factory with its weights as a checkpoint), the smallest of them.

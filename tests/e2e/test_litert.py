@@ -174,6 +174,7 @@ def build() -> nn.Module:
 '''
 
 
+@pytest.mark.full  # a second LiteRT build
 @pytest.mark.slow
 def test_an_op_litert_cannot_convert_fails_the_unit_naming_it_and_falls_back(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
     (project / "models" / "odd.py").write_text(ODD)

@@ -34,6 +34,7 @@ def _fake_dir(folder: Path, config: dict) -> Path:
     return folder
 
 
+@pytest.mark.full  # builds a starter manifest's programs
 @pytest.mark.slow
 def test_the_starter_manifest_builds_as_written(project: Path, dirs: Path, cli) -> None:
     shutil.copytree(dirs / "bert", project / "my-bert")

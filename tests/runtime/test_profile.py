@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers.projects import Built, run_subprocess
 
 
@@ -68,6 +69,7 @@ models:
 """
 
 
+@pytest.mark.full  # lowers a program again with its ETRecord
 def test_etrecord_pairs_with_the_etdump(tmp_path: Path) -> None:
     """--etrecord lowers a cached program again with its record on, keeps the record only beside identical
     program bytes, caches it; profile reads the pair the way Model Explorer's overlay does."""
