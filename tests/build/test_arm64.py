@@ -77,6 +77,7 @@ def test_no_emulate_reports_the_check_not_run(arm: Built, tmp_path: Path) -> Non
     assert "not run on arm64: mlp_fp32 on arduino_q: skipped: deployc build --no-emulate" in result.out
 
 
+@pytest.mark.full  # a second build, qemu hidden
 def test_without_qemu_the_check_is_not_run_with_the_reason(arm: Built, tmp_path: Path) -> None:
     result, report = build_json(arm.manifest, tmp_path / "dist", tmp_path / "cache2",
                                 env={"DEPLOYC_QEMU_AARCH64": "/nonexistent/qemu-aarch64"})

@@ -56,6 +56,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "dist" / "ext" / "1.0.0" / "arduino_q"
 
 
+@pytest.mark.full  # a second data-file build
 def test_shared_weights_are_stored_once(bundle: Path) -> None:
     config = json.loads((bundle / "runtime.json").read_text())
     programs = {p["name"]: p for p in config["programs"]}

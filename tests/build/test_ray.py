@@ -243,6 +243,7 @@ def test_ray_is_never_imported_by_the_local_executor() -> None:
     assert importers == ["deployc/build/executors/ray_cluster.py"]
 
 
+@pytest.mark.full  # a further Ray cluster
 def test_a_bad_cpus_per_unit_setting_is_refused(cli, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     manifest = make_project(project, MANIFEST, "fanout.yaml")
     monkeypatch.setenv("DEPLOYC_RAY_CPUS_PER_UNIT", "half")

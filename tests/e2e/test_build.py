@@ -357,6 +357,7 @@ models:
 """
 
 
+@pytest.mark.full  # a build for one edge case
 def test_a_program_whose_only_outside_constant_is_empty_loads_from_its_file(tmp_path: Path) -> None:
     """The empty constant a cache starts from is dropped once nothing reads it. Kept, it was the program's
     only constant outside the delegate: a constant segment of zero bytes, which ExecuTorch's runtime cannot

@@ -104,6 +104,7 @@ def test_runs_on_the_host_interpreter_and_self_tests(built: tuple[Path, dict], c
     assert n.returncode == 2 and "vision is a LiteRT program (vision.tflite)" in n.stderr
 
 
+@pytest.mark.full  # a second whole build
 @pytest.mark.slow
 def test_clean_rebuild_is_byte_identical(built: tuple[Path, dict], tmp_path: Path) -> None:  # type: ignore[type-arg]
     again, _ = _build(tmp_path, "--target", "android_litert")

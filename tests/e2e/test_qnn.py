@@ -209,6 +209,7 @@ def test_a_unit_whose_backend_cannot_lower_falls_back_to_the_next(npu: Built) ->
     assert "Failed to generate Qnn context binary" in fell["error"]
 
 
+@pytest.mark.full  # a further NPU build
 def test_fallback_error_fails_the_unit_instead(tmp_path: Path) -> None:
     manifest = make_project(tmp_path / "project", QNN_SUITE.split("  conv_fp16:")[0] + """\
   causal_mqa:

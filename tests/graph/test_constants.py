@@ -164,6 +164,7 @@ models:
 """
 
 
+@pytest.mark.full  # a static int8 build
 def test_attention_pooling_and_a_float64_branch_build_in_static_int8_and_verify(tmp_path: Path) -> None:
     # Before: "Missing out variants: dequantize_per_channel" (the pooling head's linears left outside
     # XNNPACK, then the MCU unit failed too), "Propagating input shapes failed" (the folded query's strides,

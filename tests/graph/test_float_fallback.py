@@ -110,6 +110,7 @@ def test_nothing_goes_float_where_int8_meets_the_target_or_the_budget_is_too_sma
     assert len(short.left_float) == 3 and 20 <= short.kept_sqnr_db < 20 + sensitivity.MARGIN_DB
 
 
+@pytest.mark.full  # a second fallback build
 def test_a_weighted_operator_left_float_goes_float_whole_and_lowers() -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower

@@ -108,6 +108,7 @@ models:
 """
 
 
+@pytest.mark.full  # a build; the rewrite's values are held eagerly
 @pytest.mark.slow
 def test_an_fft_mixer_builds_for_the_cpu_with_a_dynamic_length_and_verifies(tmp_path: Path) -> None:
     """On XNNPACK, checked at the length's min, middle and max (the NPU's static case: tests/e2e/test_qnn.py)."""

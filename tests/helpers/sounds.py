@@ -33,9 +33,11 @@ def tone(seconds: float, rate: int, channels: int) -> np.ndarray:
     return np.stack([mono * (1 - 0.3 * c) for c in range(channels)], 1)
 
 
-CLIPS = {
-    "pcm16_16k_mono.wav": wav(tone(1.3, 16000, 1), 16000, 16),
-    "pcm8_8k_stereo.wav": wav(tone(0.7, 8000, 2), 8000, 8),
-    "pcm24_22k.wav": wav(tone(0.9, 22050, 1), 22050, 24),
-    "float_44k_stereo.wav": wav(tone(0.5, 44100, 2), 44100, 32, float_samples=True),
+# Each clip's samples as written ([n, channels] in [-1, 1]), its rate, bits and whether they are floats.
+SAMPLES = {
+    "pcm16_16k_mono.wav": (tone(1.3, 16000, 1), 16000, 16, False),
+    "pcm8_8k_stereo.wav": (tone(0.7, 8000, 2), 8000, 8, False),
+    "pcm24_22k.wav": (tone(0.9, 22050, 1), 22050, 24, False),
+    "float_44k_stereo.wav": (tone(0.5, 44100, 2), 44100, 32, True),
 }
+CLIPS = {name: wav(*written) for name, written in SAMPLES.items()}

@@ -119,6 +119,7 @@ def test_etrecord_pairs_with_the_etdump(tmp_path: Path) -> None:
     assert isinstance(why, str) and "was recorded for another program (sha256 000000000000" in why
 
 
+@pytest.mark.full  # the profile again, natively
 def test_the_native_runner_profiles_the_same_operators(suite: Built, runner: Path, tmp_path: Path) -> None:
     """deployc-runner --etdump: the C++ runtime's ETDump, read by the same summary as the Python runtime's."""
     bundle = suite.bundle("arduino_q")

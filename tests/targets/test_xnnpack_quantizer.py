@@ -247,6 +247,7 @@ models:
 """
 
 
+@pytest.mark.full  # a second w8a8 build
 @pytest.mark.slow
 def test_a_padded_pool_builds_in_w8a8_and_verifies(tmp_path: Path) -> None:
     # Before: XNNPACK refused the program at load ("Failed to create StaticConstantPad node ...
