@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from deployc.core import self_test_vectors
 from deployc.core.errors import BuildError
@@ -108,7 +108,7 @@ class Build:
     reference: Any = None  # the lowered forward on the backend's reference kernels, where this host verifies so
     graph: dict[str, Any] = field(default_factory=dict)  # delegation facts of the lowered graphs
     methods: dict[str, MethodFacts] = field(default_factory=dict)
-    format: str = "pte"
+    format: Literal["pte", "tflite"] = "pte"
     program: Path | None = None
     data: Path | None = None
     measurement: Measurement | None = None
