@@ -13,37 +13,11 @@ from pathlib import Path
 import pytest
 from helpers.projects import Built, build_json, build_project, run_subprocess
 
-MANIFEST = """\
-apiVersion: deployc/v1
-name: arm
-version: 1.0.0
-targets: [arduino_q]
-models:
-  mlp_fp32:
-    source: {factory: "models.small:mlp", kwargs: {features: 16, hidden: 32, classes: 4}}
-    inputs:
-      x: {shape: [batch, 16], range: [-2.0, 2.0]}
-    dims:
-      batch: {min: 1, max: 4}
-  mlp_8da8w:
-    source: {factory: "models.small:mlp"}
-    inputs:
-      x: {shape: [batch, 64]}
-    dims:
-      batch: {min: 1, max: 8}
-    quantization: 8da8w
-  tiny:
-    source: {factory: "models.small:mlp", kwargs: {features: 16, hidden: 32, classes: 4}}
-    inputs:
-      x: {shape: [1, 16]}
-    overrides:
-      arduino_q: {unit: mcu, quantization: w8a8}
-"""
-
-
-@pytest.fixture(scope="module")
-def arm(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return build_project(tmp_path_factory.mktemp("arm64"), MANIFEST, "arm.yaml")
+@pytest.fixture
+def arm(suite: Built) -> Built:
+    """The suite's arduino_q units are arm64 CPU programs (and an MCU one): the suite's own build checked them
+    under qemu, so these tests read that build instead of building the same programs again."""
+    return suite
 
 
 def test_cpu_programs_of_an_arm64_device_are_judged_on_arm64_kernels_too(arm: Built) -> None:
@@ -62,27 +36,31 @@ def test_cpu_programs_of_an_arm64_device_are_judged_on_arm64_kernels_too(arm: Bu
 
 
 def test_a_rebuild_takes_the_arm64_measurement_from_the_cache(arm: Built, tmp_path: Path) -> None:
-    result, report = build_json(arm.manifest, tmp_path / "dist", arm.cache)
+    cache = tmp_path / "cache"
+    shutil.copytree(arm.cache, cache)  # the suite's cache stays as its build left it
+    result, report = build_json(arm.manifest, tmp_path / "dist", cache)
     assert result.code == 0, result.err[-2000:]
-    unit = next(u for u in report["units"] if u["model"] == "mlp_8da8w")
+    unit = next(u for u in report["units"] if u["model"] == "mlp_8da8w" and u["target"] == "arduino_q")
     assert unit["arm64"]["status"] == "passed" and unit["arm64"]["cached"]
     assert unit["arm64"]["metrics"] == arm.unit("mlp_8da8w", "arduino_q")["arm64"]["metrics"]
     assert "checked on arm64" not in result.err
 
 
 def test_no_emulate_reports_the_check_not_run(arm: Built, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(arm.cache, cache)
     result = run_subprocess("build", str(arm.manifest), "--out", str(tmp_path / "dist"), "--cache-dir",
-                            str(arm.cache), "--no-emulate", cwd=arm.folder)
+                            str(cache), "--no-emulate", cwd=arm.folder)
     assert result.code == 0, result.err[-2000:]
     assert "not run on arm64: mlp_fp32 on arduino_q: skipped: deployc build --no-emulate" in result.out
 
 
 @pytest.mark.full  # a second build, qemu hidden
 def test_without_qemu_the_check_is_not_run_with_the_reason(arm: Built, tmp_path: Path) -> None:
-    result, report = build_json(arm.manifest, tmp_path / "dist", tmp_path / "cache2",
+    result, report = build_json(arm.manifest, tmp_path / "dist", tmp_path / "cache2", "--target", "arduino_q",
                                 env={"DEPLOYC_QEMU_AARCH64": "/nonexistent/qemu-aarch64"})
     assert result.code == 0, result.err[-2000:]
-    a64 = next(u for u in report["units"] if u["model"] == "mlp_fp32")["arm64"]
+    a64 = next(u for u in report["units"] if u["model"] == "mlp_fp32" and u["target"] == "arduino_q")["arm64"]
     assert a64["status"] == "not-run"
     assert a64["reason"].startswith("no arm64 runner on this machine: /nonexistent/qemu-aarch64 not found")
 
@@ -112,7 +90,7 @@ def _unit_plan(arm: Built):  # type: ignore[no-untyped-def]
     from deployc.plan.toolchain import detect
 
     plan = make_plan(load_project(arm.manifest), detect())
-    return next(u for u in plan.units() if u.model == "mlp_8da8w")
+    return next(u for u in plan.units() if u.model == "mlp_8da8w" and u.target == "arduino_q")
 
 
 def _tolerance(unit):  # type: ignore[no-untyped-def]
@@ -123,7 +101,7 @@ def _tolerance(unit):  # type: ignore[no-untyped-def]
 
 
 def test_inspect_self_test_on_arm64(arm: Built) -> None:
-    result = run_subprocess("inspect", str(arm.out / "arm" / "1.0.0" / "arduino_q"), "--self-test", "--arch", "aarch64", "--json",
+    result = run_subprocess("inspect", str(arm.bundle("arduino_q")), "--self-test", "--arch", "aarch64", "--json",
                             cwd=arm.folder)
     assert result.code == 0, result.err[-2000:]
     rows = {r["program"]: r for r in json.loads(result.out)["self_test"]}
