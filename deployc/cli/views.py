@@ -112,7 +112,7 @@ def _plan_units(console: Console, build_plan: BuildPlan, status: Mapping[str, st
 
 
 def _plan_derived(console: Console, build_plan: BuildPlan) -> None:
-    """What the plan derived from a Hugging Face directory's config.json, once a model."""
+    """What the plan derived from a Hugging Face directory's config.json or a GGUF file, once a model."""
     shown: set[str] = set()
     for u in build_plan.units():
         if u.load.derived and u.model not in shown:
@@ -121,8 +121,11 @@ def _plan_derived(console: Console, build_plan: BuildPlan) -> None:
             c = u.lower.constants
             generation = (f"; KV cache of {u.load.context} positions, bos {c.get('bos_id', '-')}, eos "
                           f"{c.get('eos_ids', [])}" if u.load.context else "")
-            console.result(f"  {u.model}: {', '.join(u.load.derived)} from {u.load.huggingface}/config.json "
-                           f"(task {u.load.task}): {tensors}{generation}")
+            g = u.load.gguf
+            where = (f"{u.load.huggingface}/config.json" if g is None else
+                     f"{g if isinstance(g, str) else f'{g.file} (package {g.package})'}'s metadata")
+            console.result(f"  {u.model}: {', '.join(u.load.derived)} from {where} (task {u.load.task}): "
+                           f"{tensors}{generation}")
 
 
 def _plan_text_judging(console: Console, build_plan: BuildPlan) -> None:

@@ -112,8 +112,8 @@ class _Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or n > self.remaining():
-            raise GgufProblem(f"{self.name}: truncated or damaged: {what} needs {n} bytes at offset {self.pos}, "
-                              f"{self.remaining()} remain")
+            raise GgufProblem(f"{self.name}: truncated or damaged: {what} needs {n:,} bytes at offset "
+                              f"{self.pos:,}, {self.remaining():,} remain")
 
     def scalar(self, fmt: str, size: int, what: str) -> Any:
         self.need(size, what)
@@ -223,8 +223,7 @@ def _placed(file: str, info: tuple[str, tuple[int, ...], int, int], start: int, 
     if type_id not in TENSOR_TYPES:
         kind = _OTHER_TYPES.get(type_id, f"type {type_id}")
         raise GgufProblem(f"{file}: tensor {name} is {kind}; deployc reads "
-                          f"{', '.join(t[0] for t in TENSOR_TYPES.values())} tensors",
-                          )
+                          f"{', '.join(t[0] for t in TENSOR_TYPES.values())} tensors")
     _, block, block_bytes = TENSOR_TYPES[type_id]
     elements = 1
     for d in dims:

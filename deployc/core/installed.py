@@ -68,3 +68,18 @@ def site_folder(name: str) -> Path | None:
     """The sys.path folder the distribution is installed in (where its packages' files are)."""
     meta = _metadata_files().get(canonical(name))
     return meta.parent.parent if meta is not None else None
+
+
+def package_file(package: str, file: str) -> Path | None:
+    """A file inside an installed top-level package, found without importing the package."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        p = Path(root) / file
+        if p.is_file():
+            return p
+    return None

@@ -36,4 +36,14 @@ ByteSize = Annotated[
                     "description": "bytes, or a size such as 2GiB, 786KiB, 1.5MB"}),
 ]
 
+class PackageFile(Frozen):
+    """A file inside an installed Python package (found without importing it)."""
+
+    package: str = Field(description="installed top-level Python package that ships the file")
+    file: str = Field(description="path of the file inside the package")
+
+
+# A GGUF file: a path relative to the manifest's folder, or {package, file}.
+GgufRef = str | PackageFile
+
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]

@@ -257,13 +257,20 @@ def _checkpoint_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 def load_decoder(folder: Path, cache_len: int) -> Decoder:
     """The directory's decoder with a KV cache of `cache_len` positions, weights in fp32."""
-    c = read_config(json.loads((folder / "config.json").read_text()))
+    return decoder_from_weights(json.loads((folder / "config.json").read_text()), _weights(folder), cache_len,
+                                str(folder))
+
+
+def decoder_from_weights(config: dict[str, Any], weights: dict[str, torch.Tensor], cache_len: int,
+                         folder: str) -> Decoder:
+    """A decoder of this config and checkpoint (`folder` names where they come from in errors)."""
+    c = read_config(config)
     if c.sliding_window is not None and cache_len > c.sliding_window:
         raise BuildError(f"{folder} attends within a sliding window of {c.sliding_window} positions; a context of "
                          f"{cache_len} would attend further than the model was trained to: keep max_seq_len <= "
                          f"{c.sliding_window}")
     model = Decoder(c, cache_len)
-    state = {k: v.float() for k, v in _checkpoint_names(_weights(folder)).items()}
+    state = {k: v.float() for k, v in _checkpoint_names(weights).items()}
     if c.tied:
         state.pop("lm_head.weight", None)
     expected = set(model.state_dict()) - ({"lm_head.weight"} if c.tied else set())

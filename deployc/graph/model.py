@@ -40,6 +40,29 @@ def _check_sources(step: LoadModel, directory: Path) -> None:
             raise BuildError(f"{directory / f.path} changed since the plan was made")
 
 
+def _from_gguf(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
+    """A GGUF file's decoder, its weights as llama.cpp dequantizes them."""
+    from deployc.graph.decoder import decoder_from_weights
+    from deployc.pipeline.asset_sources import gguf_file
+
+    assert step.gguf is not None
+    path = gguf_file(step.gguf, manifest_dir)
+    if path is None:
+        raise BuildError(f"the GGUF file {step.gguf} is gone since the plan was made")
+    _check_sources(step, path.parent)
+    from deployc.core import gguf, gguf_model
+
+    if step.context is None:
+        raise BuildError("a decoder from a GGUF file needs its context (constants.max_seq_len)")
+    try:
+        f = gguf.read(path)
+        config = gguf_model.hf_config(f)
+        weights = {k: torch.from_numpy(v) for k, v in gguf_model.state_dict(f).items()}
+    except gguf.GgufProblem as exc:
+        raise BuildError(str(exc)) from exc
+    return decoder_from_weights(config, weights, step.context, str(path))
+
+
 def _bake_parametrizations(model: torch.nn.Module) -> None:
     """Weight norm (and any torch parametrization) computes a weight from parameters on every call; for
     inference it is a constant, baked here once to the values eager computes. Backends then see a plain
@@ -75,7 +98,9 @@ def _head_norms_on_rows(model: torch.nn.Module) -> None:
 
 def load_model(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
     torch.manual_seed(step.seed)
-    if step.huggingface is not None:
+    if step.gguf is not None:
+        model = _from_gguf(step, manifest_dir)
+    elif step.huggingface is not None:
         from deployc.graph.hf_model import load_directory
 
         directory = manifest_dir / step.huggingface

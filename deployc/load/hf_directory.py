@@ -12,9 +12,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployc.core.errors import DeploycError
+from deployc.core.records import GgufRef
+from deployc.pipeline.asset_sources import gguf_file, gguf_view
+
+if TYPE_CHECKING:
+    from deployc.load.manifest import Source
 
 # What each task makes of a directory. The manifest's `task` picks one; the build wraps the matching
 # transformers class so that the program takes and returns plain tensors.
@@ -35,7 +40,9 @@ _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer", "bart"
 class HfModel:
     folder: Path
     config: dict[str, Any]
-    weights: tuple[Path, ...]  # *.safetensors, and the shard index when there is one
+    weights: tuple[Path, ...]  # *.safetensors, and the shard index when there is one; or the GGUF file
+    gguf: bool = False  # folder is a GGUF file's view; the weights are the file's
+
 
     @property
     def model_type(self) -> str:
@@ -43,6 +50,8 @@ class HfModel:
 
     def files(self) -> list[Path]:
         """Everything that decides the loaded model: the config, the weights, the generation config."""
+        if self.gguf:  # the view is made from the file: the file alone decides the model
+            return list(self.weights)
         extra = [self.folder / "generation_config.json"]
         return [self.folder / "config.json", *self.weights, *(f for f in extra if f.is_file())]
 
@@ -104,6 +113,30 @@ def read(folder: Path) -> HfModel:
         raise HfProblem(f"{folder} has no *.safetensors weights")
     index = folder / "model.safetensors.index.json"
     return HfModel(folder, config, tuple([*shards, *([index] if index.is_file() else [])]))
+
+
+def read_gguf(ref: GgufRef, folder: Path) -> HfModel:
+    """A GGUF file (relative to `folder`, or in a package) as a directory would show it: its view's config
+    and tokenizer, the file for weights; raises HfProblem saying what is wrong with it."""
+    from deployc.core.gguf import GgufProblem
+
+    path = gguf_file(ref, folder)
+    if path is None:
+        where = f"{ref!r} in {folder}" if isinstance(ref, str) else f"{ref.file} in package {ref.package}"
+        raise HfProblem(f"no GGUF file {where}")
+    try:
+        view = gguf_view(path)
+    except GgufProblem as exc:
+        raise HfProblem(str(exc)) from None
+    return HfModel(view, json.loads((view / "config.json").read_text()), (path,), gguf=True)
+
+
+def source_model(source: Source, folder: Path) -> HfModel:
+    """The model a `huggingface` or `gguf` source names, read and checked."""
+    if source.gguf is not None:
+        return read_gguf(source.gguf, folder)
+    assert source.huggingface is not None
+    return read(folder / source.huggingface)
 
 
 def _get(config: dict[str, Any], *names: str) -> Any:

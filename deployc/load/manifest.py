@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 from deployc.core.diagnostics import closest, diagnostics_from
 from deployc.core.errors import Diagnostic, ManifestError
 from deployc.core.quantization import SCHEMES, Quantization, QuantSpec
-from deployc.core.records import ApiVersion, Frozen, Identifier
+from deployc.core.records import ApiVersion, Frozen, GgufRef, Identifier
 from deployc.core.yaml_io import Document
 from deployc.pipeline.schema import Pipeline
 
@@ -35,7 +35,8 @@ class Checkpoint(Frozen):
 
 
 class Source(Frozen):
-    """Where the model comes from: a Python factory, or a Hugging Face model directory (one of them)."""
+    """Where the model comes from: a Python factory, a Hugging Face model directory, or a GGUF file (one of
+    them)."""
 
     factory: str | None = Field(default=None, description="'module:callable' returning a torch.nn.Module; module "
                                                            "looked up in the manifest's folder first, then on the "
@@ -43,6 +44,11 @@ class Source(Frozen):
     huggingface: str | None = Field(default=None, description="a Hugging Face model directory (config.json, "
                                                               "*.safetensors), relative to the manifest; the "
                                                               "model's `task` picks the model class")
+    gguf: GgufRef | None = Field(default=None, description="a GGUF file (llama.cpp's format; a Llama): a path "
+                                                           "relative to the manifest, or {package, file} for a "
+                                                           "file inside an installed package. Its metadata gives "
+                                                           "the config, tokenizer and chat template; its weights "
+                                                           "are read as llama.cpp dequantizes them")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
     checkpoint: Checkpoint | None = Field(default=None, description="weights loaded over the model's: a "
                                                                     "torch.save'd state dict or a .safetensors file")
@@ -276,17 +282,21 @@ def _targets_once(m: Manifest, err: Err) -> None:
 def _source(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
     """One kind of source; no code from a model directory; inputs given unless a directory derives them."""
     base, src = ("models", name), model.source
-    if (src.factory is None) == (src.huggingface is None):
-        err((*base, "source"), f"models.{name}.source: give either `factory` or `huggingface` (one of them)")
+    if sum(x is not None for x in (src.factory, src.huggingface, src.gguf)) != 1:
+        err((*base, "source"), f"models.{name}.source: give one of `factory`, `huggingface` or `gguf`")
     if src.trust_remote_code:
         err((*base, "source", "trust_remote_code"), f"models.{name}.source.trust_remote_code: refused: deployc "
             "never runs code from a model directory", "remove it; models whose config needs custom code "
             "(auto_map) cannot be built")
-    if src.huggingface is not None and src.kwargs:
-        err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face source takes no kwargs "
-            "(its config.json says how to build it)")
-    if not model.inputs and src.huggingface is None:  # a directory that cannot be read says so itself
-        err(base, f"models.{name}.inputs: required (only a Hugging Face source can derive them)",
+    if src.factory is None and src.kwargs:
+        err((*base, "source", "kwargs"), f"models.{name}.source.kwargs: a Hugging Face or GGUF source takes no "
+            "kwargs (its config says how to build it)")
+    if src.gguf is not None and model.task != "text-generation":
+        given = "task" in model.model_fields_set
+        err((*base, "task") if given else (*base, "source", "gguf"), f"models.{name}.task: a GGUF source is a "
+            f"decoder: give task: text-generation (got {model.task})", key=not given)
+    if not model.inputs and src.factory is not None:  # a directory that cannot be read says so itself
+        err(base, f"models.{name}.inputs: required (only a Hugging Face or GGUF source can derive them)",
             "declare the inputs: inputs: {x: {shape: [1, 64]}}", key=True)
 
 

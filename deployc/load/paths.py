@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from deployc.core.errors import Diagnostic
+from deployc.core.records import GgufRef
 from deployc.core.yaml_io import Document
 from deployc.pipeline.ops import op_of
 
@@ -47,6 +48,14 @@ def path_problem(value: str, inside: str | None) -> str | None:
 FOLDER = "the manifest's folder"
 
 
+def _gguf_paths(path: tuple[str | int, ...], ref: GgufRef | None) -> list[tuple[tuple[str | int, ...], str, str | None]]:
+    if ref is None:
+        return []
+    if isinstance(ref, str):
+        return [(path, ref, FOLDER)]
+    return [((*path, "file"), ref.file, f"package {ref.package}")]
+
+
 def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | None]]:
     """(YAML path of the field, its value, what it must stay inside) for every path field."""
     out: list[tuple[tuple[str | int, ...], str, str | None]] = []
@@ -57,6 +66,7 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
         src = model.source
         if src.huggingface is not None:
             out.append(((*base, "source", "huggingface"), src.huggingface, FOLDER))
+        out.extend(_gguf_paths((*base, "source", "gguf"), src.gguf))
         if src.checkpoint is not None:
             out.append(((*base, "source", "checkpoint", "path"), src.checkpoint.path, FOLDER))
         places = [((*base, "quantization"), model.quantization)] + [
@@ -77,6 +87,7 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
                 if value is not None:
                     inside = f"package {tokenizer.package}" if field == "file" else FOLDER
                     out.append((("pipeline", "tokenizers", name, field), value, inside))
+            out.extend(_gguf_paths(("pipeline", "tokenizers", name, "gguf"), tokenizer.gguf))
         for name, ix in p.indexes.items():
             out.append((("pipeline", "indexes", name, "corpus"), ix.corpus, None))
         for i, stage in enumerate(p.stages):

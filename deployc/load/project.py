@@ -119,20 +119,20 @@ def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[D
     derived: dict[str, tuple[str, ...]] = {}
     architectures: dict[str, str] = {}
     for name, spec in m.models.items():
-        where = spec.source.huggingface
-        if where is None:
+        kind = "gguf" if spec.source.gguf is not None else "huggingface" if spec.source.huggingface else None
+        if kind is None:
             continue
-        at = doc.locate(("models", name, "source", "huggingface"))
+        at = doc.locate(("models", name, "source", kind))
         if spec.task not in hf_directory.TASKS:
             problems.append(Diagnostic(doc.locate(("models", name, "task")) if "task" in doc.data["models"][name]
                                        else at, f"models.{name}.task: a Hugging Face source needs a task, one of "
                                                 f"{', '.join(hf_directory.TASKS)}; got {spec.task}"))
             continue
         try:
-            directory = hf_directory.read(folder / where)
+            directory = hf_directory.source_model(spec.source, folder)
             implied = hf_directory.derive(directory, spec.task)
         except hf_directory.HfProblem as exc:
-            problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {exc}"))
+            problems.append(Diagnostic(at, f"models.{name}.source.{kind}: {exc}"))
             continue
         architectures[name] = directory.model_type
         if spec.inputs and list(spec.inputs) != list(implied["inputs"]):
@@ -160,13 +160,15 @@ def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[D
             if constants != spec.constants:
                 update["constants"] = constants
             problems.extend(_beyond_context(name, spec, constants["max_seq_len"], doc))
-            tokenizer = hf_directory.tokenizer_file(folder / where)
+            tokenizer = hf_directory.tokenizer_file(directory.folder)
             size = hf_directory.tokenizer_size(tokenizer) if tokenizer is not None else None
             vocab = constants.get("vocab_size")
             if size is not None and isinstance(vocab, int) and size > vocab:
-                problems.append(Diagnostic(at, f"models.{name}.source.huggingface: {where}/tokenizer.json gives "
-                                           f"{size} token ids but config.json's vocab_size is {vocab}: the tokenizer "
-                                           "is not this model's", "save the tokenizer the model was trained with"))
+                what = (f"{spec.source.huggingface}/tokenizer.json gives {size} token ids but config.json's "
+                        if kind == "huggingface" else f"its tokenizer gives {size} token ids but its ")
+                problems.append(Diagnostic(at, f"models.{name}.source.{kind}: {what}vocab_size is {vocab}: the "
+                                           "tokenizer is not this model's", "save the tokenizer the model was "
+                                           "trained with"))
         if update:
             models[name] = spec.model_copy(update=update)
             derived[name] = tuple(sorted(update))

@@ -3,9 +3,12 @@ anything. Read by validate (do they exist?) and by the planner (their hashes).""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from deployc.core.cache_location import user_cache_home
+from deployc.core.file_hashes import FileHashes
+from deployc.core.installed import package_file
+from deployc.core.records import GgufRef
 from deployc.pipeline.declarations import IndexAsset, IndexQueries, TokenizerAsset
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -18,16 +21,41 @@ def tokenizer_file(asset: TokenizerAsset, folder: Path) -> Path | None:
     if asset.huggingface is not None:  # a model directory's tokenizer.json
         p = folder / asset.huggingface / "tokenizer.json"
         return p if p.is_file() else None
+    if asset.gguf is not None:  # the tokenizer a GGUF file describes, as a tokenizer.json
+        return gguf_tokenizer(asset.gguf, folder)
     if asset.package and asset.file:
-        try:
-            spec = importlib.util.find_spec(asset.package)  # locates, does not import, a top-level package
-        except (ImportError, ValueError):
-            return None
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            p = Path(root) / asset.file
-            if p.is_file():
-                return p
+        return package_file(asset.package, asset.file)
     return None
+
+
+def gguf_file(ref: GgufRef, folder: Path) -> Path | None:
+    """The GGUF file a manifest names: a path relative to its folder, or a file inside a package."""
+    if isinstance(ref, str):
+        p = folder / ref
+        return p if p.is_file() else None
+    return package_file(ref.package, ref.file)
+
+
+def gguf_tokenizer(ref: GgufRef, folder: Path) -> Path | None:
+    """tokenizer.json of the GGUF file's view; None when the file is missing or unreadable (validate says why)."""
+    from deployc.core.gguf import GgufProblem  # numpy: only for manifests that name a GGUF file
+
+    path = gguf_file(ref, folder)
+    if path is None:
+        return None
+    try:
+        return gguf_view(path) / "tokenizer.json"
+    except GgufProblem:
+        return None
+
+
+def gguf_view(path: Path) -> Path:
+    """The folder that shows a GGUF file as a Hugging Face directory (config.json, tokenizer.json,
+    tokenizer_config.json), in deployc's user cache, named by the file's sha256 (remembered there)."""
+    from deployc.core import gguf, gguf_model
+
+    root = user_cache_home()
+    return gguf_model.view(gguf.read(path), FileHashes(root).sha256(path), root)
 
 
 def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]]:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from deployc.core.records import Frozen
+from deployc.core.records import Frozen, GgufRef
 
 
 class PipelineInput(Frozen):
@@ -24,6 +24,9 @@ class TokenizerAsset(Frozen):
     file: str | None = Field(default=None, description="path of the file inside `package`")
     huggingface: str | None = Field(default=None, description="a Hugging Face model directory holding "
                                                               "tokenizer.json, relative to the manifest")
+    gguf: GgufRef | None = Field(default=None, description="a GGUF file whose vocabulary, merges and special "
+                                                           "tokens make the tokenizer: a path relative to the "
+                                                           "manifest, or {package, file}")
 
     def is_sentencepiece(self) -> bool:
         """A SentencePiece model file (`.model`) rather than a tokenizer.json."""

@@ -22,7 +22,7 @@ from deployc.core.atomic import write_atomic
 from deployc.core.dims import DimPlan
 from deployc.core.errors import Location, UserError
 from deployc.core.quantization import Recipe
-from deployc.core.records import Frozen
+from deployc.core.records import Frozen, GgufRef
 from deployc.pipeline.config import PipelineConfig
 from deployc.pipeline.declarations import IndexAgreement, TokenizerAsset
 from deployc.plan.toolchain import Toolchain
@@ -61,6 +61,7 @@ class LoadModel(Frozen):
     key: str = ""
     factory: str | None  # 'module:callable', or None for a Hugging Face directory
     huggingface: str | None = None  # the model directory, relative to the manifest
+    gguf: GgufRef | None = None  # a GGUF file as the manifest names it (a path, or a file in a package)
     task: str = "other"  # with a directory: which transformers class to build
     derived: list[str] = []  # fields taken from the directory's config (inputs, outputs, dims, constants)
     context: int | None = None  # a decoder from a directory: the positions its KV cache holds

@@ -39,6 +39,10 @@ def model_tokenizer(project: Project, model: str) -> ModelTokenizer:
         found = hf_directory.tokenizer_file(project.folder / spec.source.huggingface)
         if found is not None:
             return ModelTokenizer(found, f"{spec.source.huggingface}/tokenizer.json")
+    if spec.source.gguf is not None:
+        found = hf_directory.tokenizer_file(hf_directory.source_model(spec.source, project.folder).folder)
+        if found is not None:
+            return ModelTokenizer(found, "the GGUF file's tokenizer")
     pipeline = project.manifest.pipeline
     if pipeline is not None:
         for stage in pipeline.stages:

@@ -342,14 +342,17 @@ def _load_step(c: _Candidate) -> LoadModel:
     spec, folder = c.spec, c.project.folder
     if spec.source.factory is not None:
         sources, packages = _sources(folder, spec.source.factory, c.inputs)
-    else:  # a Hugging Face directory: its config and weights decide the model, loaded by transformers
-        directory = folder / (spec.source.huggingface or "")
-        sources = [SourceFile(path=f.relative_to(directory).as_posix(), sha256=c.inputs.add(f, "model weights"))
-                   for f in hf_directory.read(directory).files()]
-        loaders = ("safetensors",) if spec.task == "text-generation" else ("transformers", "safetensors")
+    else:  # a Hugging Face directory or a GGUF file: its config and weights decide the model
+        model = hf_directory.source_model(spec.source, folder)
+        base = model.folder if not model.gguf else model.weights[0].parent
+        sources = [SourceFile(path=f.relative_to(base).as_posix(), sha256=c.inputs.add(f, "model weights"))
+                   for f in model.files()]
+        loaders = (() if model.gguf else ("safetensors",) if spec.task == "text-generation"
+                   else ("transformers", "safetensors"))
         packages = imported_versions(loaders)
     ckpt = spec.source.checkpoint
-    return LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, task=spec.task,
+    return LoadModel(factory=spec.source.factory, huggingface=spec.source.huggingface, gguf=spec.source.gguf,
+                     task=spec.task,
                      derived=list(c.project.derived.get(c.r.model, ())), kwargs=spec.source.kwargs,
                      checkpoint=ckpt.path if ckpt else None, checkpoint_sha256=ckpt.sha256 if ckpt else None,
                      seed=spec.seed, sources=sources, packages=packages, context=_context(spec))
@@ -534,7 +537,7 @@ def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[Di
 
 
 def _context(spec: ModelSpec) -> int | None:
-    if spec.source.huggingface is None or spec.task != "text-generation":
+    if spec.source.factory is not None or spec.task != "text-generation":
         return None
     context = spec.constants["max_seq_len"]  # derived from the directory when left out
     assert isinstance(context, int), context
