@@ -89,7 +89,8 @@ def validate(manifests: Annotated[list[Path], typer.Argument(help="manifest file
 
 @app.command()
 def init(
-    model_dir: Annotated[Path, typer.Argument(help="a Hugging Face model directory (config.json, *.safetensors)")],
+    model_dir: Annotated[Path, typer.Argument(
+        help="a Hugging Face model directory (config.json, *.safetensors) or a GGUF file")],
     task: Annotated[str | None, typer.Option(
         "--task", help="embedding, text-classification, text-generation, image-classification, image-embedding, "
                        "depth-estimation, object-detection or audio-embedding (default: what config.json's "
@@ -99,7 +100,7 @@ def init(
     out: Annotated[Path | None, typer.Option(
         "--out", help="the manifest to write (default: <model name>.yaml here); never overwritten")] = None,
 ) -> None:
-    """Write a starter manifest for a model directory that validates and builds as written."""
+    """Write a starter manifest for a model directory or GGUF file that validates and builds as written."""
     from deployc.plan.starter import make_starter, write_new
     from deployc.plan.toolchain import detect
 

@@ -256,7 +256,7 @@ def dequantize(raw: np.ndarray, tensor: Tensor) -> np.ndarray:
 
 
 def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
-    _, block, block_bytes = next(t for t in TENSOR_TYPES.values() if t[0] == name)
+    block_bytes = next(t[2] for t in TENSOR_TYPES.values() if t[0] == name)
     b = raw.reshape(-1, block_bytes)
     d = b[:, 0:2].copy().view("<f2").astype(np.float32)
     if name == "Q8_0":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from deployc.core.errors import DeploycError
 from deployc.core.records import GgufRef
-from deployc.pipeline.asset_sources import gguf_file, gguf_view
+from deployc.pipeline.asset_sources import gguf_file, gguf_problem, gguf_view
 
 if TYPE_CHECKING:
     from deployc.load.manifest import Source
@@ -118,16 +118,11 @@ def read(folder: Path) -> HfModel:
 def read_gguf(ref: GgufRef, folder: Path) -> HfModel:
     """A GGUF file (relative to `folder`, or in a package) as a directory would show it: its view's config
     and tokenizer, the file for weights; raises HfProblem saying what is wrong with it."""
-    from deployc.core.gguf import GgufProblem
-
+    problem = gguf_problem(ref, folder)
     path = gguf_file(ref, folder)
-    if path is None:
-        where = f"{ref!r} in {folder}" if isinstance(ref, str) else f"{ref.file} in package {ref.package}"
-        raise HfProblem(f"no GGUF file {where}")
-    try:
-        view = gguf_view(path)
-    except GgufProblem as exc:
-        raise HfProblem(str(exc)) from None
+    if problem is not None or path is None:
+        raise HfProblem(problem or "no GGUF file")
+    view = gguf_view(path)
     return HfModel(view, json.loads((view / "config.json").read_text()), (path,), gguf=True)
 
 

@@ -48,7 +48,8 @@ def path_problem(value: str, inside: str | None) -> str | None:
 FOLDER = "the manifest's folder"
 
 
-def _gguf_paths(path: tuple[str | int, ...], ref: GgufRef | None) -> list[tuple[tuple[str | int, ...], str, str | None]]:
+def _gguf_paths(path: tuple[str | int, ...], ref: GgufRef | None
+                ) -> list[tuple[tuple[str | int, ...], str, str | None]]:
     if ref is None:
         return []
     if isinstance(ref, str):

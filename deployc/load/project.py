@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,10 +112,11 @@ def _load_profiles(refs: list[str], doc: Document, folder: Path, env: Mapping[st
     return profiles
 
 
-def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[Diagnostic]
+def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[Diagnostic], unreadable: set[str]
                       ) -> tuple[Manifest, dict[str, tuple[str, ...]], dict[str, str]]:
-    """The manifest with what each Hugging Face source's config implies for the fields left out; the
-    fields taken, and each directory's model_type, by model."""
+    """The manifest with what each Hugging Face or GGUF source's config implies for the fields left out; the
+    fields taken, and each directory's model_type, by model. Models whose source gives nothing go into
+    `unreadable`."""
     models = dict(m.models)
     derived: dict[str, tuple[str, ...]] = {}
     architectures: dict[str, str] = {}
@@ -123,7 +125,10 @@ def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[D
         if kind is None:
             continue
         at = doc.locate(("models", name, "source", kind))
-        if spec.task not in hf_directory.TASKS:
+        if spec.task not in hf_directory.TASKS or (kind == "gguf" and spec.task != "text-generation"):
+            unreadable.add(name)
+            if kind == "gguf":  # the manifest's own rule says what a GGUF source takes
+                continue
             problems.append(Diagnostic(doc.locate(("models", name, "task")) if "task" in doc.data["models"][name]
                                        else at, f"models.{name}.task: a Hugging Face source needs a task, one of "
                                                 f"{', '.join(hf_directory.TASKS)}; got {spec.task}"))
@@ -132,6 +137,7 @@ def _from_directories(m: Manifest, doc: Document, folder: Path, problems: list[D
             directory = hf_directory.source_model(spec.source, folder)
             implied = hf_directory.derive(directory, spec.task)
         except hf_directory.HfProblem as exc:
+            unreadable.add(name)
             problems.append(Diagnostic(at, f"models.{name}.source.{kind}: {exc}"))
             continue
         architectures[name] = directory.model_type
@@ -195,6 +201,19 @@ def _beyond_context(name: str, spec: ModelSpec, context: int, doc: Document) -> 
     return found
 
 
+def _follows(problem: Diagnostic, unreadable: set[str], m: Manifest) -> bool:
+    """A problem that only follows from a model source deployc could not read (the inputs, dims and constants
+    it would have given): the source's own error says what to fix."""
+    field = problem.message.split(":")[0]
+    if any(field.startswith(f"models.{name}.") and field.split(".")[2] not in ("source", "task")
+           for name in unreadable):
+        return True
+    stage = re.match(r"^pipeline\.stages\[(\d+)\]\.model$", field)
+    if stage and m.pipeline is not None and int(stage.group(1)) < len(m.pipeline.stages):
+        return getattr(m.pipeline.stages[int(stage.group(1))], "model", None) in unreadable
+    return False
+
+
 def _sorted(problems: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(problems, key=lambda d: (d.location, d.message))
 
@@ -217,12 +236,13 @@ def load_project(path: Path, env: Mapping[str, str] | None = None, text: str | N
     if paths:  # nothing is looked up on disk through a path the file system would refuse
         raise UserError(_sorted(paths))
     problems = []
-    manifest, derived, architectures = _from_directories(manifest, doc, folder, problems)
+    unreadable: set[str] = set()
+    manifest, derived, architectures = _from_directories(manifest, doc, folder, problems, unreadable)
     problems.extend(check_references(manifest, doc))
     profiles = _load_profiles(manifest.targets, doc, folder, env, problems)
     problems.extend(_check_sources(manifest, doc, folder))
     problems.extend(_check_pins(manifest, doc, profiles))
     problems.extend(check_pipeline(manifest, doc, folder))
     if problems:
-        raise UserError(_sorted(problems))
+        raise UserError(_sorted([p for p in problems if not _follows(p, unreadable, manifest)]))
     return Project(path, manifest, doc, profiles, derived, architectures)

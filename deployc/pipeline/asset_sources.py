@@ -36,6 +36,21 @@ def gguf_file(ref: GgufRef, folder: Path) -> Path | None:
     return package_file(ref.package, ref.file)
 
 
+def gguf_problem(ref: GgufRef, folder: Path) -> str | None:
+    """Why a GGUF file cannot give a model or tokenizer: missing, damaged, or of a kind deployc cannot read."""
+    from deployc.core.gguf import GgufProblem
+
+    path = gguf_file(ref, folder)
+    if path is None:
+        return f"{ref}: no such file in the manifest's folder" if isinstance(ref, str) else \
+            f"no file {ref.file} in package {ref.package} (is it installed?)"
+    try:
+        gguf_view(path)
+    except GgufProblem as exc:
+        return str(exc)
+    return None
+
+
 def gguf_tokenizer(ref: GgufRef, folder: Path) -> Path | None:
     """tokenizer.json of the GGUF file's view; None when the file is missing or unreadable (validate says why)."""
     from deployc.core.gguf import GgufProblem  # numpy: only for manifests that name a GGUF file

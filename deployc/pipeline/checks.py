@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from deployc.core.diagnostics import closest
 from deployc.core.errors import Diagnostic
 from deployc.core.yaml_io import Document
-from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, index_queries, tokenizer_file
+from deployc.pipeline.asset_sources import IMAGE_SUFFIXES, corpus_files, gguf_problem, index_queries, tokenizer_file
 from deployc.pipeline.graph import references, stage_outputs
 from deployc.pipeline.ops import op_of
 from deployc.pipeline.ops.tokenize import TokenizeStage
@@ -138,10 +138,15 @@ class _Checker:
     def assets(self) -> None:
         for name, t in self.pipeline.tokenizers.items():
             path = ("tokenizers", name)
-            ways = [t.path is not None, t.huggingface is not None, t.package is not None or t.file is not None]
+            ways = [t.path is not None, t.huggingface is not None, t.package is not None or t.file is not None,
+                    t.gguf is not None]
             if sum(ways) != 1 or (t.package is None) != (t.file is None):
-                self.err(path, f"pipeline.tokenizers.{name}: give one of `path`, `huggingface`, or both `package` "
-                         "and `file`")
+                self.err(path, f"pipeline.tokenizers.{name}: give one of `path`, `huggingface`, `gguf`, or both "
+                         "`package` and `file`")
+            elif t.gguf is not None:
+                problem = gguf_problem(t.gguf, self.folder)
+                if problem is not None:
+                    self.err((*path, "gguf"), f"pipeline.tokenizers.{name}.gguf: {problem}")
             elif tokenizer_file(t, self.folder) is None:
                 where = (t.path if t.path else f"tokenizer.json in {t.huggingface}" if t.huggingface
                          else f"{t.file} in package {t.package}")

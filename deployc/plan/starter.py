@@ -1,5 +1,5 @@
-"""A starter manifest for a Hugging Face model directory (`deployc init`): the model, its task, the inputs
-and dims its config implies, a scheme every target accepts (checked by planning it, so the manifest
+"""A starter manifest for a Hugging Face model directory or a GGUF file (`deployc init`): the model, its
+task, the inputs and dims its config implies, a scheme every target accepts (checked by planning it, so the manifest
 validates and plans as written), and for text models a tokenize -> model pipeline over the directory's
 tokenizer. Imports no torch: it plans, it does not build."""
 
@@ -100,6 +100,12 @@ class _Parts:
     architecture: str
     target_notes: list[str]
     file: str  # the manifest's file name
+    kind: str = "huggingface"  # or gguf: the source's field
+
+    @property
+    def said(self) -> str:
+        """Where the derived fields come from, in words."""
+        return "config.json" if self.kind == "huggingface" else "the GGUF file's metadata"
 
 
 def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str]) -> str:
@@ -119,8 +125,10 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
         "models:",
         f"  {p.name}:",
         f"    task: {p.task}",
-        f"    source: {{huggingface: {_flow(p.source)}}}  # config.json and *.safetensors, read offline",
-        "    # What config.json implies (deployc derives these when they are left out). Keep the input names;",
+        f"    source: {{{p.kind}: {_flow(p.source)}}}  # "
+        + ("config.json and *.safetensors, read offline" if p.kind == "huggingface"
+           else "config, tokenizer and weights, read offline"),
+        f"    # What {p.said} implies (deployc derives these when they are left out). Keep the input names;",
         "    # shapes, ranges and dims may change: a smaller maximum makes a smaller, faster program.",
         "    inputs:",
         *(f"      {k}: {_flow(v)}" for k, v in p.derived["inputs"].items()),
@@ -129,7 +137,8 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
         lines += ["    dims:", *(f"      {k}: {_flow(v)}" for k, v in p.derived["dims"].items())]
     lines += ["    outputs:", *(f"      {k}: {_flow(v)}" for k, v in p.derived["outputs"].items())]
     if "constants" in p.derived:
-        lines += ["    # Token ids from config.json and generation_config.json; max_seq_len is the KV cache's length.",
+        ids = "config.json and generation_config.json" if p.kind == "huggingface" else p.said
+        lines += [f"    # Token ids from {ids}; max_seq_len is the KV cache's length.",
                   f"    constants: {_flow(p.derived['constants'])}"]
     why = ("static int8, calibrated: quantizes the convolutions too" if scheme == "w8a8"
            else "8-bit dynamic activations, 8-bit weights: no calibration data needed" if scheme == "8da8w"
@@ -146,12 +155,13 @@ def _render(p: _Parts, targets: list[str], scheme: str, overrides: dict[str, str
                      "(docs/pipeline.md shows one).")
     if p.tokenizer and p.task == "text-generation":
         lines += [
-            "# The app's side: a prompt in, tokenized with the directory's tokenizer.json, greedy decoding out.",
+            f"# The app's side: a prompt in, tokenized with the {'directory' if p.kind == 'huggingface' else 'file'}'s "
+            "tokenizer, greedy decoding out.",
             "pipeline:",
             "  inputs: {prompt: {type: text}}",
             "  outputs: {answer: answer.text}",
             "  tokenizers:",
-            f"    tokenizer: {{huggingface: {_flow(p.source)}}}",
+            f"    tokenizer: {{{p.kind}: {_flow(p.source)}}}",
             "  stages:",
             f"    - {{name: answer, op: generate, model: {p.name}, tokenizer: tokenizer, prompt: prompt, "
             f"max_new_tokens: {min(64, p.derived['constants']['max_seq_len'] // 2)}}}",
@@ -206,12 +216,14 @@ def _plan(text: str, path: Path, target: str, toolchain: Toolchain) -> None:
 
 def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: list[str],
                  toolchain: Toolchain) -> Starter:
-    """The manifest text for `model_dir`, planned for every target; raises UserError/UsageError."""
+    """The manifest text for `model_dir` (a Hugging Face directory or a GGUF file), planned for every target;
+    raises UserError/UsageError."""
+    kind = "gguf" if model_dir.is_file() else "huggingface"
     try:
-        model = hf_directory.read(model_dir)
+        model = hf_directory.read_gguf(str(model_dir), Path.cwd()) if kind == "gguf" else hf_directory.read(model_dir)
     except HfProblem as exc:
         raise UserError.at(model_dir, str(exc)) from None
-    config_at = model_dir / "config.json"
+    config_at = model_dir / "config.json" if kind == "huggingface" else model_dir
     if task is not None and task not in hf_directory.TASKS:
         raise UsageError(f"--task {task}: not a task; one of {', '.join(hf_directory.TASKS)}")
     try:
@@ -219,7 +231,7 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
         derived = hf_directory.derive(model, chosen)
     except HfProblem as exc:
         raise UserError.at(config_at, str(exc)) from None
-    name = model_name(model_dir)
+    name = model_name(model_dir.with_suffix("") if kind == "gguf" else model_dir)
     path = out or Path(f"{name}.yaml")
     if path.exists():
         raise UsageError(f"{path} exists; deployc init never overwrites a manifest (pass --out for another file)")
@@ -238,9 +250,9 @@ def make_starter(model_dir: Path, out: Path | None, task: str | None, targets: l
         targets = list(profile_origins(folder))
     parts = _Parts(name=name, source=source, task=chosen,
                    derived=derived, tokenizer=chosen in hf_directory.TEXT_TASKS
-                   and hf_directory.tokenizer_file(model_dir) is not None,
+                   and hf_directory.tokenizer_file(model.folder) is not None,
                    architecture=", ".join(model.config.get("architectures") or [model.model_type]),
-                   target_notes=_target_notes(targets, folder), file=path.name)
+                   target_notes=_target_notes(targets, folder), file=path.name, kind=kind)
     order = list(SCHEME_ORDER)
     if model.model_type in _CONV_FAMILIES:
         order.remove("w8a8")

