@@ -70,7 +70,8 @@ def _judged(r: UnitResult, doc: dict[str, Any], seconds: float | None) -> UnitRe
     if "text" in doc:
         t = doc["text"]  # the held-out text's start, as far as the self-test vectors carry it
         text = TextMetrics(file="self-test", positions=t["positions"], perplexity=t["perplexity"],
-                           reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"])
+                           reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"],
+                           top1_positions=t.get("top1_positions"))
         if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
             missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
     check = Arm64Check(status="failed" if missed else "passed", reason="; ".join(missed), cpu=cpu,

@@ -70,6 +70,12 @@ class TokenParity(Frozen):
     identical: int = 0  # prompts whose every generated token is eager's
 
 
+# How far (nats of log-probability) eager's most likely next token must lead its second for top-1 agreement
+# to count at that position: a lead of 0.1 is a 10.5% higher probability. A placeholder model's nearly flat
+# logits (perplexity near its vocabulary size) have leads of hundredths; a real model's few near-ties too.
+TOP1_MARGIN = 0.1
+
+
 class TextMetrics(Frozen):
     """A text-generation program on held-out text, every position against eager fp32's logits."""
 
@@ -78,7 +84,10 @@ class TextMetrics(Frozen):
     perplexity: float  # the program's, exp(mean negative log-likelihood of the text's next tokens)
     reference_perplexity: float  # eager fp32's on the same positions
     kl: float  # mean KL(eager || program) of the next-token distributions, nats
-    top1: float  # share of positions where both pick the same most likely token
+    top1: float  # share of the clear positions (below) where both pick the same most likely token
+    # Positions where eager's first choice leads its second by TOP1_MARGIN nats or more: where top-1 agreement
+    # means something (a near-tie flips on any rounding). None: a record from before the margin existed.
+    top1_positions: int | None = None
 
     @property
     def perplexity_ratio(self) -> float:

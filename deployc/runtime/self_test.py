@@ -134,7 +134,8 @@ def run_self_test_arm64(folder: Path, runner: Any, cpu: str) -> list[SelfTestRes
             summary=Summary(max_abs=row["max_abs"], min_cosine=row["min_cosine"], min_sqnr_db=row["min_sqnr_db"])
             if "min_cosine" in row else None,
             text=TextMetrics(file="self-test", positions=t["positions"], perplexity=t["perplexity"],
-                             reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"]) if t else None,
+                             reference_perplexity=t["reference_perplexity"], kl=t["kl"], top1=t["top1"],
+                           top1_positions=t.get("top1_positions")) if t else None,
             task=TaskMetrics.model_validate({"file": "self-test", **row["task"]}) if row.get("task") else None,
             min_cosine=row["tolerance_min_cosine"], min_sqnr_db=row["tolerance_min_sqnr_db"],
             max_perplexity_ratio=v.get("tolerance_max_perplexity_ratio", 0.0), max_kl=v.get("tolerance_max_kl", 0.0),

@@ -75,11 +75,15 @@ Metrics compare(const Array& ref, const Array& out) {
   if (!std::isfinite(m.max_abs)) m.max_abs = std::numeric_limits<double>::max();
   return m;
 }
+// How far eager's first choice must lead its second (nats) for top-1 agreement to count there:
+// deployc/core/facts.py's TOP1_MARGIN.
+constexpr double kTop1Margin = 0.1;
+
 // A decoder on held-out text: the same formulas as deployc/graph/metrics.py's text_metrics().
 struct TextMetrics {
   int positions = 0;
   double nll = 0, ref_nll = 0, kl = 0;
-  int agree = 0;
+  int agree = 0, clear = 0;
   void add(const Array& ref, const Array& out, int64_t target) {
     size_t n = ref.numel();
     std::vector<double> lr(n), lg(n);
@@ -98,15 +102,21 @@ struct TextMetrics {
       if (lr[i] > lr[best_r]) best_r = i;
       if (lg[i] > lg[best_g]) best_g = i;
     }
+    double second = -std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < n; ++i)
+      if (i != best_r) second = std::max(second, lr[i]);
     nll -= lg[static_cast<size_t>(target)];
     ref_nll -= lr[static_cast<size_t>(target)];
-    agree += best_r == best_g;
+    if (lr[best_r] - second >= kTop1Margin) {  // eager's first choice is clear: agreement means something
+      ++clear;
+      agree += best_r == best_g;
+    }
     ++positions;
   }
   double perplexity() const { return std::exp(nll / positions); }
   double reference_perplexity() const { return std::exp(ref_nll / positions); }
   double mean_kl() const { return std::max(kl / positions, 0.0); }
-  double top1() const { return static_cast<double>(agree) / positions; }
+  double top1() const { return clear ? static_cast<double>(agree) / clear : 1.0; }
 };
 
 // The manifest's task samples: the same formulas as deployc/graph/metrics.py's task_metrics().
@@ -271,7 +281,7 @@ void put_measures(const Measured& m, json& row) {
   if (m.text.positions > 0)
     row["text"] = {{"positions", m.text.positions}, {"perplexity", m.text.perplexity()},
                    {"reference_perplexity", m.text.reference_perplexity()}, {"kl", m.text.mean_kl()},
-                   {"top1", m.text.top1()}};
+                   {"top1", m.text.top1()}, {"top1_positions", m.text.clear}};
   if (m.task.samples() > 1 && m.task.measure == "topk" && m.task.finite()) {
     int k = 0;
     double overlap = 0, moved = 0;
