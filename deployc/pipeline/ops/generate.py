@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from deployc.core.layout import tokenizer_file
+from deployc.pipeline import chat_template
+from deployc.pipeline.asset_sources import tokenizer_file as tokenizer_asset_file
+from deployc.pipeline.chat_template import ChatFrame, ChatTemplateProblem
+from deployc.pipeline.declarations import TokenizerAsset
 from deployc.pipeline.ops.base import Checks, ConfigContext, Host, OpBase, StageBase
 from deployc.pipeline.ports import TEXT, Port
 
@@ -27,6 +31,12 @@ class GenerateStage(StageBase):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     seed: int = 0
     stop: list[str] = Field(default_factory=list, description="stop strings, besides the model's eos_ids")
+    chat: bool | None = Field(default=None, description="frame the prompt as a user's message with the model's "
+                                                         "chat template (its tokenizer's files): true requires "
+                                                         "one, false sends the prompt as it is; default: when the "
+                                                         "tokenizer has one")
+    system: str | None = Field(default=None, description="the conversation's system message (default: the chat "
+                                                         "template's own)")
 
 
 # The model's constants the runtime needs to drive it, copied into the stage's parameters.
@@ -56,7 +66,12 @@ class GenerateOp(OpBase):
             if set(spec.inputs) != {"tokens", "input_pos"}:
                 c.error(stage, "model", "a text-generation model takes exactly the inputs tokens [1, seq] and "
                         "input_pos [seq]")
-        c.known(stage, "tokenizer", "tokenizer", stage.tokenizer, c.pipeline.tokenizers)
+        if c.known(stage, "tokenizer", "tokenizer", stage.tokenizer, c.pipeline.tokenizers):
+            try:
+                chat_frame(stage, c.pipeline.tokenizers[stage.tokenizer], c.folder)
+            except ChatTemplateProblem as exc:
+                c.error(stage, "chat" if stage.chat is not None else "tokenizer", f"{exc}",
+                        "set chat: false to send the prompt as it is")
         c.expect(stage, "prompt", c.port(stage, "prompt", stage.prompt), TEXT)
 
     def params(self, stage: GenerateStage, context: ConfigContext) -> dict[str, Any]:
@@ -65,9 +80,16 @@ class GenerateOp(OpBase):
         constants = dict(context.manifest.models[stage.model].constants)
         if stage.model in context.contexts:  # a decoder in the static form: the context it was built with
             constants["max_seq_len"] = context.contexts[stage.model]
-        return {**super().params(stage, context),
-                "tokenizer": tokenizer_file(stage.tokenizer, pipeline.tokenizers[stage.tokenizer].is_sentencepiece()),
-                **{k: constants[k] for k in CONSTANTS if k in constants}}
+        params = {**super().params(stage, context),
+                  "tokenizer": tokenizer_file(stage.tokenizer, pipeline.tokenizers[stage.tokenizer].is_sentencepiece()),
+                  **{k: constants[k] for k in CONSTANTS if k in constants}}
+        framed = chat_frame(stage, pipeline.tokenizers[stage.tokenizer], context.folder)
+        if framed is not None:  # the template writes the special tokens it wants: no bos of deployc's own
+            params.pop("bos_id", None)
+            params.update(chat_prefix=framed.prefix, chat_suffix=framed.suffix)
+        for field in ("chat", "system"):  # what made the frame is in it
+            params.pop(field, None)
+        return params
 
     def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
         import numpy as np
@@ -76,7 +98,8 @@ class GenerateOp(OpBase):
         from deployc.pipeline.ops.template import as_text
 
         tk = host.tokenizer(params["tokenizer"], None)
-        ids = tk.encode(as_text(args["prompt"]), add_special_tokens=False).ids
+        prompt = params.get("chat_prefix", "") + as_text(args["prompt"]) + params.get("chat_suffix", "")
+        ids = tk.encode(prompt, add_special_tokens=False).ids
         if "bos_id" in params:
             ids = [params["bos_id"], *ids]
         stops = params.get("stop", [])
@@ -103,6 +126,19 @@ class GenerateOp(OpBase):
         for s in stops:
             text = text.split(s)[0]
         return {"text": text, "tokens": np.asarray([new], dtype=np.int64)}
+
+
+def chat_frame(stage: GenerateStage, asset: TokenizerAsset, folder: Path) -> ChatFrame | None:
+    """The prefix and suffix the stage's prompt gets from the tokenizer's chat template; None without one."""
+    if stage.chat is False:
+        return None
+    found = tokenizer_asset_file(asset, folder)
+    template = chat_template.read(found) if found is not None and not asset.is_sentencepiece() else None
+    if template is None:
+        if stage.chat:
+            raise ChatTemplateProblem(f"the tokenizer '{stage.tokenizer}' has no chat template")
+        return None
+    return chat_template.frame(template, stage.system)
 
 
 OP = GenerateOp()
