@@ -97,7 +97,7 @@ def bf16_scales(w: torch.Tensor) -> torch.Tensor:
 
 
 def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Callable | None = None) -> None:
-    for name, module in list(model.named_modules()):
+    for module in list(model.modules()):
         for child, sub in list(module.named_children()):
             if isinstance(sub, torch.nn.Linear):
                 w = sub.weight.detach()
@@ -105,7 +105,6 @@ def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Call
                     w = weights(w)
                 a = output_act if child == "lm_head" and output_act is not None else act
                 setattr(module, child, Treated(w, a))
-    del name
 
 
 def torchao_8da4w(model: Decoder) -> None:
