@@ -8,8 +8,9 @@ keeps exact and how finely it quantizes activations; no program is built here.
 
 Treatments (weights as the file holds them unless named; activations of every linear, the tied output
 layer included, unless named):
-- torchao 8da4w: deployc's 8da4w today (torchao's symmetric group-32 grid over the dequantized weights,
-  per-token int8 activations): every weight rounded a second time.
+- 8da4w's grid: deployc's 8da4w today, emulated (torchao's symmetric group-32 grid over the dequantized
+  weights, per-token int8 activations; the tied output layer kept as the file has it): every weight
+  rounded a second time.
 - exact, act float: the file's weights, float activations (what the file means).
 - exact, act int8/token: per-token asymmetric int8 activations as XNNPACK's qd8 quantizes them.
 - exact, act int8/token x2: the same, plus the residual (x minus its int8 image) quantized per token again
@@ -107,11 +108,11 @@ def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Call
                 setattr(module, child, Treated(w, a))
 
 
-def torchao_8da4w(model: Decoder) -> None:
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
-
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+def int4_symmetric(w: torch.Tensor) -> torch.Tensor:
+    """torchao's 8da4w weight grid: per group of 32, scale max|w| / 7.5, codes -8..7."""
+    blocks = w.reshape(-1, 32)
+    scale = torch.clamp(blocks.abs().amax(1, keepdim=True) / 7.5, min=1e-9)
+    return (torch.clamp(torch.round(blocks / scale), -8, 7) * scale).reshape(w.shape)
 
 
 def logits_per_position(model: Decoder, windows: list[list[int]]) -> list[np.ndarray]:
@@ -161,7 +162,7 @@ def main() -> None:
     ref = logits_per_position(fresh(), text.windows)
     print(f"eager fp32 of the file's weights: {len(targets)} positions in {time.time() - t0:.0f} s")
     rows: dict[str, Callable[[Decoder], None]] = {
-        "torchao 8da4w (today)": torchao_8da4w,
+        "8da4w's grid (today), act int8/token": lambda m: treat(m, act_token8, weights=int4_symmetric),
         "exact, act float": lambda m: treat(m, act_float),
         "exact, act int8/token": lambda m: treat(m, act_token8),
         "exact, act int8/token, output layer float": lambda m: treat(m, act_token8, act_float),

@@ -39,10 +39,12 @@ SCHEMES: dict[str, Scheme] = {
         Scheme("w8a8", 8, False, True, 0.99, 20.0, 1.05, 0.05, 0.85),
         Scheme("16a8w", 8, False, True, 0.99, 20.0, 1.03, 0.02, 0.93),
         Scheme("16a4w", 4, True, True, 0.98, 12.0, 1.10, 0.08, 0.80),
+        # A GGUF file's own blocks kept (graph/gguf_blocks.py): its error is the activations', held to 8-bit's.
+        Scheme("gguf", 4, False, False, 0.99, 20.0, 1.03, 0.02, 0.93),
     )
 }
 
-SchemeName = Literal["fp32", "fp16", "8w", "4w", "8da8w", "8da4w", "w8a8", "16a8w", "16a4w"]
+SchemeName = Literal["fp32", "fp16", "8w", "4w", "8da8w", "8da4w", "w8a8", "16a8w", "16a4w", "gguf"]
 
 DEFAULT_GROUP_SIZE = 32
 DEFAULT_CALIBRATION_SAMPLES = 8
@@ -52,9 +54,9 @@ DEFAULT_CALIBRATION_SAMPLES = 8
 # docs/manifest.md, "Static int8's float fallback".
 DEFAULT_FLOAT_FALLBACK = 0.25
 
-# How a scheme is applied: not at all, torchao's quantize_ before export, PT2E around export, or by the
-# backend's own converter (LiteRT's quantization recipes).
-Method = Literal["none", "torchao", "pt2e", "converter"]
+# How a scheme is applied: not at all, torchao's quantize_ before export, PT2E around export, by the
+# backend's own converter (LiteRT's quantization recipes), or a GGUF file's blocks kept before export.
+Method = Literal["none", "torchao", "pt2e", "converter", "blocks"]
 
 
 class Recipe(Frozen):

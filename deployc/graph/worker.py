@@ -278,7 +278,8 @@ def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], 
 
 # ---- an ExecuTorch program ---------------------------------------------------------------------------------
 def quantize_weights(b: Build) -> None:
-    """torchao's schemes quantize the eager model's linears (and embedding tables) before export."""
+    """torchao's schemes quantize the eager model's linears (and embedding tables) before export; the gguf
+    scheme keeps a GGUF file's blocks."""
     import torch
 
     from deployc.graph.quantize import (
@@ -292,6 +293,13 @@ def quantize_weights(b: Build) -> None:
     from deployc.targets.backends import BACKENDS
 
     recipe, backend = b.unit.quantize.recipe, BACKENDS[b.unit.backend]
+    if recipe.method == "blocks":
+        from deployc.graph.gguf_blocks import keep_blocks
+
+        b.at("quantize")
+        keep_blocks(b.model)
+        b.lap("quantize")
+        return
     if recipe.method != "torchao":
         return
     b.at("quantize")

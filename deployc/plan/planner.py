@@ -136,8 +136,12 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     scheme = r.quantization.fixed
     backend = BACKENDS[unit.backend]
     recipe = backend.recipe(r.quantization)
-    if scheme not in unit.quantization or recipe is None:
+    # gguf runs on 8da4w's kernels (4-bit blockwise weights, int8 dynamic activations): a unit taking one takes both
+    accepted = scheme in unit.quantization or (scheme == "gguf" and "8da4w" in unit.quantization)
+    if not accepted or recipe is None:
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
+    if scheme == "gguf" and r.spec.source.gguf is None:
+        return None, "gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file"
     if recipe.float_fallback and unit.int8_only and not r.tolerances.allow_float_ops:
         recipe = recipe.model_copy(update={"float_fallback": None})  # its float operators would fail the unit
     if not toolchain.backends[unit.backend].usable:

@@ -34,10 +34,21 @@ pipeline:
 """
 
 
+# The same file again in the gguf scheme: its blocks kept (graph/gguf_blocks.py).
+BUILT = MANIFEST.replace("pipeline:\n", """  blocks:
+    task: text-generation
+    source: {gguf: tiny.gguf}
+    dims:
+      seq: {min: 1, max: 64}
+    quantization: gguf
+pipeline:
+""")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     folder = tmp_path_factory.mktemp("gguf")
-    manifest = make_project(folder / "project", MANIFEST, "gguf.yaml")
+    manifest = make_project(folder / "project", BUILT, "gguf.yaml")
     write_gguf(manifest.parent / "tiny.gguf")
     result, report = build_json(manifest, folder / "dist", folder / "cache")
     assert result.code == 0, result.err[-3000:]
@@ -76,6 +87,33 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
                             capture_output=True, text=True, timeout=300)
     assert native.returncode == 0, native.stderr[-2000:]
     assert json.loads(native.stdout)["outputs"]["answer"] == json.loads(python.out)["outputs"]["answer"]
+
+
+@pytest.mark.slow
+def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:
+    blocks, fp32 = built.unit("blocks", "arduino_q"), built.unit("llm", "arduino_q")
+    assert blocks["quantization"] == "gguf" and blocks["verification"]["status"] == "passed"
+    text = blocks["verification"]["text"]
+    assert text["kl"] < 1e-4 and text["top1"] == 1.0 and text["top1_positions"] > 200
+    assert blocks["arm64"]["status"] == "passed"
+    assert blocks["size_bytes"] < 0.6 * fp32["size_bytes"]
+
+
+def test_the_gguf_scheme_needs_a_gguf_source(project: Path, cli) -> None:
+    (project / "f.yaml").write_text("""\
+apiVersion: deployc/v1
+name: f
+version: 0.1.0
+targets: [arduino_q]
+models:
+  net:
+    source: {factory: "models.small:mlp"}
+    inputs: {x: {shape: [1, 64]}}
+    quantization: gguf
+""")
+    r = cli("plan", "f.yaml")
+    assert r.code == 2
+    assert "gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file" in r.err
 
 
 def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> None:

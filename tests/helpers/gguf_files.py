@@ -71,6 +71,17 @@ def q4_1(w: np.ndarray) -> bytes:
     return np.concatenate([head, packed], axis=1).tobytes()
 
 
+def q4_0(w: np.ndarray) -> bytes:
+    """llama.cpp's quantize_row_q4_0: per 32 weights an fp16 scale, codes 0..15 standing for -8..7."""
+    blocks = w.astype(np.float32).reshape(-1, 32)
+    signed = np.take_along_axis(blocks, np.abs(blocks).argmax(1)[:, None], 1)[:, 0]
+    d = signed / -8
+    inv = np.where(d != 0, 1 / np.where(d != 0, d, 1), 0)
+    q = np.clip(np.floor(blocks * inv[:, None] + 8.5), 0, 15).astype(np.uint8)
+    packed = q[:, :16] | (q[:, 16:] << 4)
+    return np.concatenate([d.astype("<f2").view(np.uint8).reshape(-1, 2), packed], axis=1).tobytes()
+
+
 def q8_0(w: np.ndarray) -> bytes:
     blocks = w.astype(np.float32).reshape(-1, 32)
     d = np.abs(blocks).max(axis=1) / 127
@@ -99,7 +110,7 @@ def tensors(seed: int = 0) -> dict[str, tuple[np.ndarray, str]]:
                     f"blk.{i}.attn_v.weight": (w(c["kv_heads"] * hd, h), "Q4_1"),
                     f"blk.{i}.attn_output.weight": (w(h, h), "Q4_1"),
                     f"blk.{i}.ffn_gate.weight": (w(c["ffn"], h), "Q4_1"), f"blk.{i}.ffn_up.weight": (w(c["ffn"], h), "Q4_1"),
-                    f"blk.{i}.ffn_down.weight": (w(h, c["ffn"]), "Q4_1")})
+                    f"blk.{i}.ffn_down.weight": (w(h, c["ffn"]), "Q4_0" if i == 1 else "Q4_1")})
     return out
 
 
@@ -128,14 +139,14 @@ def write_gguf(path: Path, seed: int = 0, md: dict[str, Any] | None = None,
     """A tiny Llama as a GGUF v3 file (alignment 32); `types` overrides a tensor's GGUF type id by name."""
     c = CONFIG
     md = metadata() if md is None else md
-    type_ids = {"F32": 0, "F16": 1, "Q4_1": 3, "Q8_0": 8}
+    type_ids = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
     infos, blobs, offset = [], [], 0
     for name, (w, kind) in tensors(seed).items():
         if name.endswith("attn_q.weight"):
             w = _permute(w, c["heads"])
         elif name.endswith("attn_k.weight"):
             w = _permute(w, c["kv_heads"])
-        data = {"F32": lambda x: x.astype("<f4").tobytes(), "Q4_1": q4_1, "Q8_0": q8_0}[kind](w)
+        data = {"F32": lambda x: x.astype("<f4").tobytes(), "Q4_0": q4_0, "Q4_1": q4_1, "Q8_0": q8_0}[kind](w)
         dims = list(reversed(w.shape))
         kind_id = type_ids[kind] if types is None or name not in types else int(types[name])
         infos.append(_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)

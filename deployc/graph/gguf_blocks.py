@@ -1,0 +1,172 @@
+"""The `gguf` scheme: a GGUF decoder's weights kept as the file's own blocks, not rounded a second time.
+
+The build's model holds the file's weights dequantized (core/gguf.py). Each linear's blocks of 32 are
+recovered from those floats and checked to give them back bit for bit: Q4_1 (`d * q + m`, q in 0..15), Q4_0
+(`d * (q - 8)`), Q8_0 (`d * q`, q in -127..127). A linear is then computed as XNNPACK computes a 4-bit
+blockwise linear, plus what the 4-bit form leaves out:
+
+    Q4_1:  W x = sum_b d_b (q_b - 8) . x_b  +  sum_b (m_b + 8 d_b) * sum(x_b)
+    Q8_0:  q = 16 hi + lo (hi in -8..7, lo in 0..15): W x = 16 d hi . x + d (lo - 8) . x + 8 d * sum(x_b)
+
+The first terms are 4-bit blockwise linears with the file's scales (XNNPACK keeps block scales as bf16: the
+one rounding left, measured in docs/benchmarks.md); the block sums' term is a small float linear over the
+input's sums per block (a 32nd of the weights). Activations: XNNPACK quantizes a linear's input to int8
+per token; that error is what remains (KL 0.03 on SmolLM2's held-out text, 7x llama.cpp's). So the input's
+residual, x minus its int8 image (computed here with XNNPACK's formula), goes through the same 4-bit
+weights a second time: ~16-bit activations for twice the multiply-adds.
+
+The embedding table (Q8_0) is looked up as int8 codes times its blocks' scales: exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from deployc.core.errors import BuildError
+
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class Blocks:
+    kind: str  # Q4_1, Q4_0, Q8_0
+    codes: torch.Tensor  # int8 [out, in]: q (Q4_1, Q4_0: 0..15), or q (Q8_0: -127..127)
+    scale: torch.Tensor  # float32 [out, in / 32], fp16 values
+    minimum: torch.Tensor | None  # Q4_1's float minimum per block
+
+
+def _fp16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float16).to(torch.float32)
+
+
+def _exact(w: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None) -> bool:
+    """Do the blocks give back the weight bit for bit, computed as llama.cpp dequantizes (q * d + m, float32)?"""
+    got = codes.float() * d[..., None] + (m[..., None] if m is not None else 0.0)
+    return bool(torch.equal(got, w))
+
+
+def recover(w: torch.Tensor) -> Blocks | None:
+    """The blocks a dequantized weight [out, in] came from, or None when it is on no block grid."""
+    out, inp = w.shape
+    if inp % BLOCK:
+        return None
+    b = w.detach().float().reshape(out, inp // BLOCK, BLOCK)
+    lo, hi = b.amin(-1), b.amax(-1)
+    d = _fp16((hi - lo) / 15)  # Q4_1: the minimum is code 0, the maximum code 15
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = torch.clamp(torch.round((b - lo[..., None]) / safe[..., None]), 0, 15)
+    if _exact(b, q, d, lo):
+        return Blocks("Q4_1", q.to(torch.int8).reshape(out, inp), d, lo)
+    amax = b.abs().amax(-1)
+    d8 = _fp16(amax / 127)  # Q8_0: the largest magnitude is code +-127
+    q8 = torch.clamp(torch.round(b / torch.where(d8 > 0, d8, torch.ones_like(d8))[..., None]), -127, 127)
+    if _exact(b, q8, d8, None):
+        return Blocks("Q8_0", q8.to(torch.int8).reshape(out, inp), d8, None)
+    signed = torch.gather(b, -1, b.abs().argmax(-1, keepdim=True))[..., 0]
+    d4 = _fp16(-signed / 8)  # Q4_0: the largest magnitude is code -8 (d may be negative)
+    q4 = torch.clamp(torch.round(b / torch.where(d4 != 0, d4, torch.ones_like(d4))[..., None]), -8, 7)
+    if _exact(b, q4, d4, None):
+        return Blocks("Q4_0", (q4 + 8).to(torch.int8).reshape(out, inp), d4, None)
+    return None
+
+
+def int8_per_token(x: torch.Tensor) -> torch.Tensor:
+    """x's image under XNNPACK's dynamic int8 quantization (per row, asymmetric; measured equal to its
+    kernels' to 1e-6 on a lowered program)."""
+    lo = torch.clamp(x.amin(-1, keepdim=True), max=0.0)
+    hi = torch.clamp(x.amax(-1, keepdim=True), min=0.0)
+    scale = torch.clamp((hi - lo) / 255.0, min=torch.finfo(torch.float32).eps)
+    zero = torch.clamp(-128 - torch.round(lo / scale), -128, 127)
+    return (torch.clamp(torch.round(x / scale) + zero, -128, 127) - zero) * scale
+
+
+def _four_bit(codes: torch.Tensor, scale: torch.Tensor) -> nn.Linear:
+    """A linear XNNPACK lowers to its 4-bit blockwise kernel (qd8 x qb4w): codes -8..7, one scale a block."""
+    from torchao.quantization.quantize_.workflows.intx.intx_unpacked_to_int8_tensor import (
+        IntxUnpackedToInt8Tensor,
+        IntxUnpackedToInt8TensorActivationQuantization,
+    )
+
+    out, inp = codes.shape
+    linear = nn.Linear(inp, out, bias=False)
+    weight = IntxUnpackedToInt8Tensor(codes, scale, torch.zeros_like(scale, dtype=torch.int8),
+                                      torch.int4,  # type: ignore[attr-defined]
+                                      (1, BLOCK), torch.float32,
+                                      IntxUnpackedToInt8TensorActivationQuantization.INT8_ASYM_PER_TOKEN)
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    return linear
+
+
+class BlockLinear(nn.Module):
+    """A linear of the file's blocks: 4-bit parts, each block's offset times the input's block sums, and the
+    input's int8 residual through the parts again."""
+
+    def __init__(self, blocks: Blocks, residual: bool) -> None:
+        super().__init__()
+        d = blocks.scale
+        if blocks.kind == "Q8_0":
+            hi = torch.div(blocks.codes, 16, rounding_mode="floor")
+            lo = blocks.codes - 16 * hi
+            self.parts = nn.ModuleList([_four_bit(hi.to(torch.int8), 16 * d), _four_bit((lo - 8).to(torch.int8), d)])
+            offset: torch.Tensor | None = 8 * d
+        else:
+            self.parts = nn.ModuleList([_four_bit((blocks.codes - 8).to(torch.int8), d)])
+            offset = blocks.minimum + 8 * d if blocks.minimum is not None else None
+        self.offset = nn.Parameter(offset, requires_grad=False) if offset is not None else None
+        self.residual = residual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inputs = [x, x - int8_per_token(x)] if self.residual else [x]
+        y = self.parts[0](x)
+        for i, part in enumerate(self.parts):
+            for j, given in enumerate(inputs):
+                if i or j:
+                    y = y + part(given)
+        if self.offset is not None:
+            sums = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK).sum(-1)
+            y = y + nn.functional.linear(sums, self.offset)
+        return y
+
+
+class ByteEmbedding(nn.Module):
+    """A Q8_0 table looked up as int8 codes times the blocks' scales: the file's values, a byte a weight."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(self, blocks: Blocks) -> None:
+        super().__init__()
+        self.register_buffer("codes", blocks.codes)
+        self.register_buffer("scales", blocks.scale)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        codes = nn.functional.embedding(ids, self.codes).float()
+        scales = nn.functional.embedding(ids, self.scales)
+        shape = codes.shape
+        return (codes.reshape(*shape[:-1], -1, BLOCK) * scales[..., None]).reshape(shape)
+
+
+def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
+    """Every linear and embedding of the model as its file's blocks; name -> block kind. A weight on no block
+    grid (a model not from a GGUF file, or a float tensor of one) is refused: this scheme keeps, it does not
+    quantize."""
+    kinds: dict[str, str] = {}
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            full = f"{parent_name}.{name}" if parent_name else name
+            if isinstance(child, nn.Linear) and child.bias is None:
+                blocks = recover(child.weight)
+                if blocks is None:
+                    raise BuildError(f"{full}'s weights are not the blocks of a GGUF file (Q4_0, Q4_1 or Q8_0): "
+                                     "the gguf scheme keeps a file's blocks; choose another scheme")
+                setattr(parent, name, BlockLinear(blocks, residual))
+                kinds[full] = blocks.kind
+            elif isinstance(child, nn.Embedding):
+                blocks = recover(child.weight)
+                if blocks is not None and blocks.kind == "Q8_0":
+                    setattr(parent, name, ByteEmbedding(blocks))
+                    kinds[full] = "Q8_0 table"
+    return kinds

@@ -1,0 +1,67 @@
+"""The gguf scheme's blocks: recovered from the dequantized weights bit for bit, computed as XNNPACK's 4-bit
+kernels compute them plus the blocks' offsets, the activations' int8 residual taken again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.gguf_files import write_gguf
+
+from deployc.core import gguf, gguf_model
+from deployc.core.errors import BuildError
+from deployc.graph.decoder import Decoder, decoder_from_weights
+from deployc.graph.gguf_blocks import BlockLinear, ByteEmbedding, int8_per_token, keep_blocks, recover
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[str, torch.Tensor]]:
+    f = gguf.read(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+    return gguf_model.hf_config(f), {k: torch.from_numpy(v) for k, v in gguf_model.state_dict(f).items()}
+
+
+def _decoder(weights: tuple[dict, dict[str, torch.Tensor]]) -> Decoder:
+    return decoder_from_weights(weights[0], dict(weights[1]), 32, "tiny.gguf").eval()
+
+
+def test_every_block_kind_is_recovered_bit_for_bit(weights: tuple[dict, dict[str, torch.Tensor]]) -> None:
+    state = weights[1]
+    kinds = {name: recover(state[name]).kind for name in (  # type: ignore[union-attr]
+        "model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.embed_tokens.weight")}
+    assert kinds == {"model.layers.0.mlp.down_proj.weight": "Q4_1", "model.layers.1.mlp.down_proj.weight": "Q4_0",
+                     "model.embed_tokens.weight": "Q8_0"}
+    b = recover(state["model.layers.0.mlp.down_proj.weight"])
+    assert b is not None and b.minimum is not None and int(b.codes.min()) >= 0 and int(b.codes.max()) <= 15
+    back = b.codes.float().reshape(64, -1, 32) * b.scale[..., None] + b.minimum[..., None]
+    assert torch.equal(back.reshape(64, 128), state["model.layers.0.mlp.down_proj.weight"])
+    assert recover(torch.randn(8, 64)) is None  # float weights are on no grid
+
+
+def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
+        weights: tuple[dict, dict[str, torch.Tensor]]) -> None:
+    ref, kept, once = _decoder(weights), _decoder(weights), _decoder(weights)
+    kinds = keep_blocks(kept)
+    keep_blocks(once, residual=False)
+    assert kinds["lm_head"] == "Q8_0" and kinds["model.embed_tokens"] == "Q8_0 table"
+    assert kinds["model.layers.1.mlp.down_proj"] == "Q4_0" and kinds["model.layers.0.self_attn.q_proj"] == "Q4_1"
+    assert isinstance(kept.lm_head, BlockLinear) and len(kept.lm_head.parts) == 2
+    assert isinstance(kept.model.embed_tokens, ByteEmbedding)
+    tokens, pos = torch.tensor([[1, 50, 7, 200, 31, 9]]), torch.arange(6)
+    with torch.no_grad():
+        want, got, coarse = ref(tokens, pos), kept(tokens, pos), once(tokens, pos)
+    error, coarse_error = ((got - want).norm() / want.norm()).item(), ((coarse - want).norm() / want.norm()).item()
+    assert error < 3e-4 and coarse_error > 20 * error  # int8 activations once: 1e-2; with their residual: 6e-5
+    assert torch.equal(kept.model.embed_tokens(tokens), ref.model.embed_tokens(tokens))  # the table: exact
+
+
+def test_the_int8_image_is_xnnpacks_grid() -> None:
+    x = torch.tensor([[-1.0, 0.5, 2.0, 0.0]])
+    image = int8_per_token(x)
+    scale = 3.0 / 255
+    assert torch.allclose(image, torch.round(x / scale) * scale, atol=scale / 2)
+    assert ((x - image).abs() <= scale / 2 + 1e-7).all()
+
+
+def test_a_model_not_from_a_gguf_file_is_refused_naming_the_layer() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 8, bias=False))
+    with pytest.raises(BuildError, match=r"^0's weights are not the blocks of a GGUF file"):
+        keep_blocks(model)
