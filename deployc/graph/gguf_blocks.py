@@ -100,6 +100,20 @@ def _four_bit(codes: torch.Tensor, scale: torch.Tensor) -> nn.Linear:
     return linear
 
 
+def _positive(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The same values as codes (-8..7) times scale plus offset, a block at a time, with every scale positive
+    (XNNPACK refuses others): a negative scale (Q4_0's) takes codes -q - 1 (still -8..7) and its size more
+    offset; a zero one (a constant block) codes 0 and scale 1."""
+    out, inp = codes.shape
+    c = codes.reshape(out, inp // BLOCK, BLOCK).to(torch.int16)
+    negative, zero = scale < 0, scale == 0
+    c = torch.where(negative[..., None], -c - 1, torch.where(zero[..., None], torch.zeros_like(c), c))
+    offset = torch.where(negative, offset - scale, offset)
+    scale = torch.where(negative, -scale, torch.where(zero, torch.ones_like(scale), scale))
+    return c.reshape(out, inp).to(torch.int8), scale, offset
+
+
 class BlockLinear(nn.Module):
     """A linear of the file's blocks: 4-bit parts, each block's offset times the input's block sums, and the
     input's int8 residual through the parts again."""
@@ -110,12 +124,13 @@ class BlockLinear(nn.Module):
         if blocks.kind == "Q8_0":
             hi = torch.div(blocks.codes, 16, rounding_mode="floor")
             lo = blocks.codes - 16 * hi
-            self.parts = nn.ModuleList([_four_bit(hi.to(torch.int8), 16 * d), _four_bit((lo - 8).to(torch.int8), d)])
-            offset: torch.Tensor | None = 8 * d
+            halves = [_positive(hi, 16 * d, torch.zeros_like(d)), _positive(lo - 8, d, 8 * d)]
         else:
-            self.parts = nn.ModuleList([_four_bit((blocks.codes - 8).to(torch.int8), d)])
-            offset = blocks.minimum + 8 * d if blocks.minimum is not None else None
-        self.offset = nn.Parameter(offset, requires_grad=False) if offset is not None else None
+            base = blocks.minimum + 8 * d if blocks.minimum is not None else torch.zeros_like(d)
+            halves = [_positive(blocks.codes - 8, d, base)]
+        self.parts = nn.ModuleList([_four_bit(codes, scale) for codes, scale, _ in halves])
+        offset = sum((o for _, _, o in halves), torch.zeros_like(d))
+        self.offset = nn.Parameter(offset, requires_grad=False) if bool(offset.any()) else None
         self.residual = residual
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -166,7 +166,7 @@ def test_a_directory_deployc_cannot_load_is_a_located_error(tmp_path: Path, brea
     ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit, trust_remote_code: true}\n",
      "models.vit.source.trust_remote_code: refused: deployc never runs code from a model directory"),
     ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit, factory: 'models.small:mlp'}\n",
-     "models.vit.source: give either `factory` or `huggingface` (one of them)"),
+     "models.vit.source: give one of `factory`, `huggingface` or `gguf`"),
     ("  vit:\n    task: image-classification\n    source: {huggingface: hf/vit}\n    inputs: {image: {shape: [1, 3, 32, 32]}}\n",
      "models.vit.inputs: a Hugging Face image-classification model takes pixel_values (in this order); got image"),
     ("  bert:\n    task: text-generation\n    source: {huggingface: hf/bert}\n",

@@ -10,7 +10,7 @@ from helpers.gguf_files import write_gguf
 from deployc.core import gguf, gguf_model
 from deployc.core.errors import BuildError
 from deployc.graph.decoder import Decoder, decoder_from_weights
-from deployc.graph.gguf_blocks import BlockLinear, ByteEmbedding, int8_per_token, keep_blocks, recover
+from deployc.graph.gguf_blocks import Blocks, BlockLinear, ByteEmbedding, int8_per_token, keep_blocks, recover
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,18 @@ def test_a_model_not_from_a_gguf_file_is_refused_naming_the_layer() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 8, bias=False))
     with pytest.raises(BuildError, match=r"^0's weights are not the blocks of a GGUF file"):
         keep_blocks(model)
+
+
+def test_negative_and_zero_scales_become_positive_ones_with_the_same_values() -> None:
+    """XNNPACK takes positive block scales only: Q4_0's scale is negative when a block's largest magnitude is
+    positive, and a constant block has none."""
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (4, 64), generator=g).to(torch.int8)
+    scale = torch.tensor([[0.02, -0.03], [-0.01, 0.0], [0.5, 0.25], [-1.0, 0.125]])
+    blocks = Blocks("Q4_0", codes, scale, None)
+    weight = ((codes.float() - 8).reshape(4, 2, 32) * scale[..., None]).reshape(4, 64)
+    linear = BlockLinear(blocks, residual=True)
+    assert all(bool((p.weight.scale > 0).all()) for p in linear.parts)
+    x = torch.randn(3, 64, generator=g)
+    want = torch.nn.functional.linear(x, weight)
+    assert ((linear(x) - want).norm() / want.norm()).item() < 1e-4

@@ -44,7 +44,7 @@ def test_each_rule_reports_at_its_own_line_in_rule_order() -> None:
       snapdragon: {quantization: 8da8w}
 """
     assert _problems(models) == [
-        "7: models.net.source: give either `factory` or `huggingface` (one of them)",
+        "7: models.net.source: give one of `factory`, `huggingface` or `gguf`",
         "13: models.net.verify.tokens: token parity applies to text-generation models; models.net has task "
         "other",
         "9: models.net.inputs.x.shape[0]: dim 'seq' is not declared under models.net.dims",

@@ -117,7 +117,12 @@ def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> 
         f"apiVersion: deployc/v1\nname: board\ndevice: {{soc: X, os: linux, abi: arm64}}\n"
         f"units:\n  - {{name: u, backend: {backend}, quantization: [{', '.join(accepted)}]}}\n")
     path = write_manifest(project, quant=scheme, dims=False, targets="[board]")
-    if scheme in accepted:
+    if scheme == "gguf" and scheme in accepted:  # a GGUF source's own blocks: this model is a factory's
+        with pytest.raises(PlanError) as refused:
+            make_plan(load_project(path), toolchain(qnn=True))
+        assert refused.value.diagnostics[0].hint == \
+            "u (xnnpack): gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file"
+    elif scheme in accepted:
         plan = make_plan(load_project(path), toolchain(qnn=True))
         (unit,) = plan.units()
         assert (unit.backend, unit.quantization) == (backend, scheme)
