@@ -173,7 +173,7 @@ def test_a_directory_deployc_cannot_load_is_a_located_error(tmp_path: Path, brea
      "models.bert.source.huggingface: text generation from a directory supports the decoder architectures "
      "llama, mistral, qwen2, qwen3, gemma (SmolLM and TinyLlama are llama); model_type 'bert' is not one of them"),
     ("  mlp:\n    source: {factory: 'models.small:mlp'}\n",
-     "models.mlp.inputs: required (only a Hugging Face source can derive them)"),
+     "models.mlp.inputs: required (only a Hugging Face or GGUF source can derive them)"),
 ])
 def test_manifest_mistakes_about_directories(tmp_path: Path, model_text: str, message: str, cli) -> None:
     manifest = _tiny_project(tmp_path, model_text)
