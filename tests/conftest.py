@@ -47,6 +47,16 @@ def _session_cache(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _library_loggers() -> None:
+    """transformers binds its log handler to sys.stderr when a module of it first logs. Bound inside a test
+    that captures stderr (the `cli` fixture), it would write to that test's stream after it is closed: bind it
+    now, to the session's."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers")
+
+
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test its own cache directory (and user cache home, where shared caches keep their mirror)."""
