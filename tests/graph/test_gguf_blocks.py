@@ -10,7 +10,7 @@ from helpers.gguf_files import write_gguf
 from deployc.core import gguf, gguf_model
 from deployc.core.errors import BuildError
 from deployc.graph.decoder import Decoder, decoder_from_weights
-from deployc.graph.gguf_blocks import Blocks, BlockLinear, ByteEmbedding, int8_per_token, keep_blocks, recover
+from deployc.graph.gguf_blocks import BlockLinear, Blocks, ByteEmbedding, int8_per_token, keep_blocks, recover
 
 
 @pytest.fixture(scope="module")
