@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.gguf_files import write_gguf
+from helpers.gguf_files import tensors, write_gguf
 from helpers.projects import Built, build_json, make_project, run_subprocess
 
 MANIFEST = """\
@@ -34,15 +34,8 @@ pipeline:
 """
 
 
-# The same file again in the gguf scheme: its blocks kept (graph/gguf_blocks.py).
-BUILT = MANIFEST.replace("pipeline:\n", """  blocks:
-    task: text-generation
-    source: {gguf: tiny.gguf}
-    dims:
-      seq: {min: 1, max: 64}
-    quantization: gguf
-pipeline:
-""")
+# Built in the gguf scheme: the file's blocks kept (graph/gguf_blocks.py); one program for every test here.
+BUILT = MANIFEST.replace("      seq: {min: 1, max: 64}\n", "      seq: {min: 1, max: 64}\n    quantization: gguf\n", 1)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +54,7 @@ def test_a_gguf_decoder_builds_verified_with_the_files_tokenizer(built: Built) -
     v = unit["verification"]
     assert unit["status"] == "built" and v["status"] == "passed"
     text = v["text"]
-    assert text["positions"] == 256 and text["kl"] < 1e-6 and text["top1"] == 1.0
+    assert text["positions"] == 256 and text["kl"] < 1e-4 and text["top1"] == 1.0
     assert v["tokens"]["prompts"] == 8
     bundle = built.out / "gguf" / "0.1.0" / "arduino_q"
     tokenizer = json.loads((bundle / "assets" / "tokenizers" / "tok.json").read_text())
@@ -91,12 +84,13 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
 
 @pytest.mark.slow
 def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:
-    blocks, fp32 = built.unit("blocks", "arduino_q"), built.unit("llm", "arduino_q")
+    blocks = built.unit("llm", "arduino_q")
     assert blocks["quantization"] == "gguf" and blocks["verification"]["status"] == "passed"
     text = blocks["verification"]["text"]
     assert text["kl"] < 1e-4 and text["top1"] == 1.0 and text["top1_positions"] > 100
     assert blocks["arm64"]["status"] == "passed"
-    assert blocks["size_bytes"] < 0.6 * fp32["size_bytes"]
+    float_bytes = 4 * sum(w.size for w, _ in tensors().values())
+    assert blocks["size_bytes"] < 0.75 * float_bytes  # at this size the graph weighs; SmolLM2: docs/benchmarks.md
 
 
 def test_the_gguf_scheme_needs_a_gguf_source(project: Path, cli) -> None:
