@@ -122,6 +122,21 @@ def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> Non
     assert [s["path"] for s in steps["load"]["sources"]] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
 
 
+def test_validate_and_plan_read_a_gguf_file_without_torch(project: Path) -> None:
+    """The header, the config and the tokenizer's view (made here, cold): numpy and tokenizers, no torch."""
+    import subprocess
+    import sys
+
+    write_gguf(project / "tiny.gguf")
+    (project / "gguf.yaml").write_text(MANIFEST)
+    code = ("import sys; from deployc.cli.app import main;"
+            "rc = main(['validate', sys.argv[1]]) or main(['plan', sys.argv[1]]);"
+            "print(rc, 'torch' in sys.modules, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, str(project / "gguf.yaml")], capture_output=True, text=True,
+                          timeout=120, cwd=project)
+    assert proc.stderr.split()[-2:] == ["0", "False"], proc.stderr[-2000:]
+
+
 def test_init_writes_a_manifest_for_a_gguf_file(project: Path, cli) -> None:
     write_gguf(project / "tiny.gguf")
     r = cli("init", "tiny.gguf", "--target", "arduino_q")
