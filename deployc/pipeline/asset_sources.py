@@ -3,6 +3,7 @@ anything. Read by validate (do they exist?) and by the planner (their hashes).""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from deployc.core.cache_location import user_cache_home
@@ -67,10 +68,21 @@ def gguf_tokenizer(ref: GgufRef, folder: Path) -> Path | None:
 def gguf_view(path: Path) -> Path:
     """The folder that shows a GGUF file as a Hugging Face directory (config.json, tokenizer.json,
     tokenizer_config.json), in deployc's user cache, named by the file's sha256 (remembered there)."""
+    st = path.stat()
+    key = (path.resolve(), st.st_size, st.st_mtime_ns, str(user_cache_home()))
+    folder = _view(*key)
+    if not all((folder / f).is_file() for f in ("config.json", "tokenizer.json", "tokenizer_config.json")):
+        _view.cache_clear()  # the cache's folder was removed meanwhile: make it again
+        folder = _view(*key)
+    return folder
+
+
+@functools.lru_cache(maxsize=8)
+def _view(path: Path, size: int, mtime_ns: int, root: str) -> Path:
+    """One read of the header per file state and cache root in a process (validate and plan ask several times)."""
     from deployc.core import gguf, gguf_model
 
-    root = user_cache_home()
-    return gguf_model.view(gguf.read(path), FileHashes(root).sha256(path), root)
+    return gguf_model.view(gguf.read(path), FileHashes(Path(root)).sha256(path), Path(root))
 
 
 def corpus_files(index: IndexAsset, folder: Path) -> tuple[list[Path], list[str]]:
