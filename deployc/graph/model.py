@@ -42,18 +42,17 @@ def _check_sources(step: LoadModel, directory: Path) -> None:
 
 def _from_gguf(step: LoadModel, manifest_dir: Path) -> torch.nn.Module:
     """A GGUF file's decoder, its weights as llama.cpp dequantizes them."""
+    from deployc.core import gguf, gguf_model
     from deployc.graph.decoder import decoder_from_weights
     from deployc.pipeline.asset_sources import gguf_file
 
     assert step.gguf is not None
+    if step.context is None:
+        raise BuildError("a decoder from a GGUF file needs its context (constants.max_seq_len)")
     path = gguf_file(step.gguf, manifest_dir)
     if path is None:
         raise BuildError(f"the GGUF file {step.gguf} is gone since the plan was made")
     _check_sources(step, path.parent)
-    from deployc.core import gguf, gguf_model
-
-    if step.context is None:
-        raise BuildError("a decoder from a GGUF file needs its context (constants.max_seq_len)")
     try:
         f = gguf.read(path)
         config = gguf_model.hf_config(f)
