@@ -97,7 +97,10 @@ def bf16_scales(w: torch.Tensor) -> torch.Tensor:
     return (d.to(torch.bfloat16).float() * q + lo).reshape(w.shape)
 
 
-def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Callable | None = None) -> None:
+def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Callable | None = None,
+          finer: tuple[set[str], Act] | None = None) -> None:
+    """Every linear through `act` (the output layer through `output_act` when given); with `finer`, the
+    linears of those names (q_proj, down_proj, ...) through its activation instead."""
     for module in list(model.modules()):
         for child, sub in list(module.named_children()):
             if isinstance(sub, torch.nn.Linear):
@@ -105,6 +108,8 @@ def treat(model: Decoder, act: Act, output_act: Act | None = None, weights: Call
                 if weights is not None and child != "lm_head":
                     w = weights(w)
                 a = output_act if child == "lm_head" and output_act is not None else act
+                if finer is not None and child in finer[0]:
+                    a = finer[1]
                 setattr(module, child, Treated(w, a))
 
 
@@ -144,6 +149,7 @@ def measure(ref: list[np.ndarray], got: list[np.ndarray], targets: list[int]) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="", help="only the treatments whose name holds this")
     parser.add_argument("--text", type=Path, default=REPO / "manifests" / "decoder" / "heldout.txt")
     args = parser.parse_args()
     path = gguf_path()
@@ -168,6 +174,10 @@ def main() -> None:
         "exact, act int8/token, output layer float": lambda m: treat(m, act_token8, act_float),
         "exact, act int8/token x2": lambda m: treat(m, act_token8_twice),
         "exact, act int8/token x2, output layer int8/token": lambda m: treat(m, act_token8_twice, act_token8),
+        **{f"exact, act int8/token, x2 on {'+'.join(sorted(names))}":
+           (lambda m, names=names: treat(m, act_token8, finer=(names, act_token8_twice)))
+           for names in ({"down_proj"}, {"down_proj", "o_proj"}, {"down_proj", "gate_proj", "up_proj"},
+                         {"q_proj", "k_proj", "v_proj"}, {"lm_head"})},
         "exact, act int8/32 (llama.cpp's q8_0)": lambda m: treat(m, act_block32),
         "bf16 scales, act float": lambda m: treat(m, act_float, weights=bf16_scales),
         "bf16 scales, act int8/token x2": lambda m: treat(m, act_token8_twice, weights=bf16_scales),
@@ -175,6 +185,8 @@ def main() -> None:
     print(f"| treatment | KL | top-1 (clear positions) | perplexity (eager {measure(ref, ref, targets)['ppl']:.2f}) |")
     print("|---|---|---|---|")
     for name, apply in rows.items():
+        if args.rows not in name:
+            continue
         model = fresh()
         apply(model)
         m = measure(ref, logits_per_position(model, text.windows), targets)

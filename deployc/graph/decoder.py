@@ -141,6 +141,9 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(c.head_dim, c.eps, False)
             self.k_norm = RMSNorm(c.head_dim, c.eps, False)
         self.qk_norm = c.qk_norm
+        # Linears of one input that a quantization may compute together (graph/gguf_blocks.py's Shared).
+        self.shared_inputs: tuple[tuple[str, ...], ...] = () if c.attention_bias else (("q_proj", "k_proj", "v_proj"),)
+        self.shared: nn.Module | None = None
         shape = (1, c.kv_heads, cache_len, c.head_dim)
         self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
@@ -148,9 +151,10 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, input_pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]
-        q = self.q_proj(x).view(1, t, self.heads, self.head_dim)
-        k = self.k_proj(x).view(1, t, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.shared(x) if self.shared is not None else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+        q = q.view(1, t, self.heads, self.head_dim)
+        k = k.view(1, t, self.kv_heads, self.head_dim)
+        v = v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.qk_norm:  # each head normalised on a 2-D view: the HTP got [1, t, heads, head_dim] wrong in fp16
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(1, t, self.heads, self.head_dim)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(1, t, self.kv_heads, self.head_dim)
@@ -168,6 +172,10 @@ class Attention(nn.Module):
         out = F.softmax(scores, dim=-1) @ values
         return self.o_proj(out.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
 
+    def share(self, names: tuple[str, ...], module: nn.Module) -> None:
+        """Compute the linears `names` (those of `shared_inputs`) as `module`, which returns their outputs."""
+        _share(self, names, module)
+
 
 class MLP(nn.Module):
     def __init__(self, c: DecoderConfig) -> None:
@@ -176,9 +184,23 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(c.hidden, c.intermediate, bias=c.mlp_bias)
         self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=c.mlp_bias)
         self.act = _ACTIVATIONS[c.activation]
+        self.shared_inputs: tuple[tuple[str, ...], ...] = () if c.mlp_bias else (("gate_proj", "up_proj"),)
+        self.shared: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.shared(x) if self.shared is not None else (self.gate_proj(x), self.up_proj(x))
+        return self.down_proj(self.act(gate) * up)
+
+    def share(self, names: tuple[str, ...], module: nn.Module) -> None:
+        _share(self, names, module)
+
+
+def _share(owner: Attention | MLP, names: tuple[str, ...], module: nn.Module) -> None:
+    if names not in owner.shared_inputs:
+        raise ValueError(f"{names} are not linears of one input here")
+    for name in names:
+        delattr(owner, name)
+    owner.shared = module
 
 
 class Layer(nn.Module):

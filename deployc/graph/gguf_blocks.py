@@ -14,19 +14,23 @@ input's sums per block (a 32nd of the weights). Activations: XNNPACK quantizes a
 per token; that error is what remains (KL 0.03 on SmolLM2's held-out text, 7x llama.cpp's). So the input's
 residual, x minus its int8 image (computed here with XNNPACK's formula), goes through the same 4-bit
 weights as a second batch row of the same call: ~16-bit activations for twice the multiply-adds, the
-weights read once.
+weights read once. A decoder's linears of one input (q, k and v; gate and up) share that work (`Shared`),
+and all of it is written in operators XNNPACK delegates, so a layer lowers to a few partitions rather than a
+partition per operator.
 
 The embedding table (Q8_0) is looked up as int8 codes times its blocks' scales: exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from deployc.core.errors import BuildError
+from deployc.graph.decoder import MLP, Attention
 
 BLOCK = 32
 
@@ -74,14 +78,39 @@ def recover(w: torch.Tensor) -> Blocks | None:
     return None
 
 
+def _pool(x: torch.Tensor, pool: Callable[..., torch.Tensor], width: int) -> torch.Tensor:
+    """`pool` over each row's features in windows of `width`: [..., rows, in] -> [..., rows, in / width]. Rows
+    go in as a [1, 1, rows, in] image (the form XNNPACK delegates with a dynamic row count) and come back
+    with -1 for the dynamic dimension."""
+    out = pool(x.view(1, 1, -1, x.shape[-1]), (1, width))
+    return out.view(*x.shape[:-2], -1, x.shape[-1] // width)
+
+
+_MAGIC = 12582912.0  # 1.5 * 2**23
+
+
+def _round(v: torch.Tensor) -> torch.Tensor:
+    """v rounded to the nearest integer, ties to even, for |v| < 2**22: adding 1.5 * 2**23 in float32 leaves no
+    fraction bits (the "magic bias" XNNPACK's own conversion kernels round with); taking it away gives the
+    integer back. Two delegated additions where torch.round is not delegated."""
+    return (v + _MAGIC) - _MAGIC
+
+
 def int8_per_token(x: torch.Tensor) -> torch.Tensor:
     """x's image under XNNPACK's dynamic int8 quantization (per row, asymmetric; measured equal to its
-    kernels' to 1e-6 on a lowered program)."""
-    lo = torch.clamp(x.amin(-1, keepdim=True), max=0.0)
-    hi = torch.clamp(x.amax(-1, keepdim=True), min=0.0)
+    kernels' to 1e-6 on a lowered program). Written in operators XNNPACK delegates (amax, amin and round it
+    does not): a row's extremes as max pooling, rounding as XNNPACK's conversion kernels round."""
+    width = x.shape[-1]
+    lo = torch.clamp(-_pool(-x, nn.functional.max_pool2d, width), max=0.0)
+    hi = torch.clamp(_pool(x, nn.functional.max_pool2d, width), min=0.0)
     scale = torch.clamp((hi - lo) / 255.0, min=torch.finfo(torch.float32).eps)
-    zero = torch.clamp(-128 - torch.round(lo / scale), -128, 127)
-    return (torch.clamp(torch.round(x / scale) + zero, -128, 127) - zero) * scale
+    zero = torch.clamp(-128 - _round(lo / scale), -128, 127)
+    return (torch.clamp(_round(x / scale) + zero, -128, 127) - zero) * scale
+
+
+def block_means(x: torch.Tensor) -> torch.Tensor:
+    """The mean of each block of 32 features, [..., in] -> [..., in / 32], as average pooling (delegated)."""
+    return _pool(x, nn.functional.avg_pool2d, BLOCK)
 
 
 def _four_bit(codes: torch.Tensor, scale: torch.Tensor) -> nn.Linear:
@@ -131,21 +160,45 @@ class BlockLinear(nn.Module):
             halves = [_positive(blocks.codes - 8, d, base)]
         self.parts = nn.ModuleList([_four_bit(codes, scale) for codes, scale, _ in halves])
         offset = sum((o for _, _, o in halves), torch.zeros_like(d))
-        self.offset = nn.Parameter(offset, requires_grad=False) if bool(offset.any()) else None
+        # Times 32: the offsets meet the blocks' means (average pooling), not their sums; exact in float.
+        self.offset = nn.Parameter(offset * BLOCK, requires_grad=False) if bool(offset.any()) else None
         self.residual = residual
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The residual rides with the input as a second batch row: one linear a part, its weights read once.
-        given = torch.stack([x, x - int8_per_token(x)]) if self.residual else x
-        y = self.parts[0](given)
+        return self.given(*prepare(x, self.residual))
+
+    def given(self, rows: torch.Tensor, means: torch.Tensor) -> torch.Tensor:
+        """The linear of an input prepared by `prepare` (shared by the linears that read the same input)."""
+        y = self.parts[0](rows)
         for part in self.parts[1:]:
-            y = y + part(given)
-        if self.residual:
-            y = y.sum(0)
+            y = y + part(rows)
+        if self.residual:  # the residual's rows: each output row is the sum of two
+            half = y.shape[0] // 2
+            y = y[:half] + y[half:]
         if self.offset is not None:
-            sums = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK).sum(-1)
-            y = y + nn.functional.linear(sums, self.offset)
+            y = y + nn.functional.linear(means, self.offset)
         return y
+
+
+def prepare(x: torch.Tensor, residual: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a BlockLinear reads of its input: the rows its parts take (with the residual, x and x minus its
+    int8 image stacked on the first dimension: one call a part, the weights read once) and the blocks' means."""
+    rows = torch.cat([x, x - int8_per_token(x)]) if residual else x
+    return rows, block_means(x)
+
+
+class Shared(nn.Module):
+    """Linears of one input (attention's q, k and v; the MLP's gate and up): the input's residual and block
+    means computed once for all of them."""
+
+    def __init__(self, linears: list[BlockLinear]) -> None:
+        super().__init__()
+        self.linears = nn.ModuleList(linears)
+        self.residual = linears[0].residual
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        prepared = prepare(x, self.residual)
+        return tuple(linear.given(*prepared) for linear in self.linears if isinstance(linear, BlockLinear))
 
 
 class ByteEmbedding(nn.Module):
@@ -166,21 +219,30 @@ class ByteEmbedding(nn.Module):
         return (codes.reshape(*shape[:-1], -1, BLOCK) * scales[..., None]).reshape(shape)
 
 
+def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, str]) -> BlockLinear:
+    blocks = recover(child.weight)
+    if blocks is None:
+        raise BuildError(f"{full}'s weights are not the blocks of a GGUF file (Q4_0, Q4_1 or Q8_0): "
+                         "the gguf scheme keeps a file's blocks; choose another scheme")
+    kinds[full] = blocks.kind
+    return BlockLinear(blocks, residual)
+
+
 def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
     """Every linear and embedding of the model as its file's blocks; name -> block kind. A weight on no block
     grid (a model not from a GGUF file, or a float tensor of one) is refused: this scheme keeps, it does not
-    quantize."""
+    quantize. A decoder's linears of one input go behind one `Shared`."""
     kinds: dict[str, str] = {}
     for parent_name, parent in list(model.named_modules()):
+        prefix = f"{parent_name}." if parent_name else ""
+        if isinstance(parent, Attention | MLP):
+            for names in parent.shared_inputs:
+                linears = [_block_linear(prefix + n, getattr(parent, n), residual, kinds) for n in names]
+                parent.share(names, Shared(linears))
         for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
+            full = prefix + name
             if isinstance(child, nn.Linear) and child.bias is None:
-                blocks = recover(child.weight)
-                if blocks is None:
-                    raise BuildError(f"{full}'s weights are not the blocks of a GGUF file (Q4_0, Q4_1 or Q8_0): "
-                                     "the gguf scheme keeps a file's blocks; choose another scheme")
-                setattr(parent, name, BlockLinear(blocks, residual))
-                kinds[full] = blocks.kind
+                setattr(parent, name, _block_linear(full, child, residual, kinds))
             elif isinstance(child, nn.Embedding):
                 blocks = recover(child.weight)
                 if blocks is not None and blocks.kind == "Q8_0":

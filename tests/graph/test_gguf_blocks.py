@@ -10,7 +10,15 @@ from helpers.gguf_files import write_gguf
 from deployc.core import gguf, gguf_model
 from deployc.core.errors import BuildError
 from deployc.graph.decoder import Decoder, decoder_from_weights
-from deployc.graph.gguf_blocks import BlockLinear, Blocks, ByteEmbedding, int8_per_token, keep_blocks, recover
+from deployc.graph.gguf_blocks import (
+    BlockLinear,
+    Blocks,
+    ByteEmbedding,
+    Shared,
+    int8_per_token,
+    keep_blocks,
+    recover,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +53,9 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
     assert kinds["model.layers.1.mlp.down_proj"] == "Q4_0" and kinds["model.layers.0.self_attn.q_proj"] == "Q4_1"
     assert isinstance(kept.lm_head, BlockLinear) and len(kept.lm_head.parts) == 2
     assert isinstance(kept.model.embed_tokens, ByteEmbedding)
+    layer = kept.model.layers[0]  # linears of one input share its residual: q, k and v; gate and up
+    assert isinstance(layer.self_attn.shared, Shared) and len(layer.self_attn.shared.linears) == 3
+    assert isinstance(layer.mlp.shared, Shared) and not hasattr(layer.mlp, "gate_proj")
     tokens, pos = torch.tensor([[1, 50, 7, 200, 31, 9]]), torch.arange(6)
     with torch.no_grad():
         want, got, coarse = ref(tokens, pos), kept(tokens, pos), once(tokens, pos)
@@ -54,11 +65,19 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
 
 
 def test_the_int8_image_is_xnnpacks_grid() -> None:
+    """Per row: the range (0 included) over 255 steps, an integer zero point, rounding half to even as XNNPACK's
+    conversion kernels do (0.5 here is 42.5 steps: 42)."""
     x = torch.tensor([[-1.0, 0.5, 2.0, 0.0]])
-    image = int8_per_token(x)
     scale = 3.0 / 255
-    assert torch.allclose(image, torch.round(x / scale) * scale, atol=scale / 2)
-    assert ((x - image).abs() <= scale / 2 + 1e-7).all()
+    assert torch.allclose(int8_per_token(x), torch.tensor([[-85.0, 42.0, 170.0, 0.0]]) * scale)
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randn(1, 7, 96, generator=g) * torch.linspace(0.1, 20, 96)
+    lo, hi = rows.amin(-1, keepdim=True).clamp(max=0), rows.amax(-1, keepdim=True).clamp(min=0)
+    step = (hi - lo) / 255
+    zero = torch.clamp(-128 - torch.round(lo / step), -128, 127)
+    want = (torch.clamp(torch.round(rows / step) + zero, -128, 127) - zero) * step
+    assert torch.equal(int8_per_token(rows), want)
+    assert torch.equal(int8_per_token(rows[0]), want[0])  # a 2-D input (the output layer's) the same
 
 
 def test_a_model_not_from_a_gguf_file_is_refused_naming_the_layer() -> None:
