@@ -51,7 +51,7 @@ demo: $(STAMP) arm64-runner
 test: $(STAMP) system-deps arm64-runner
 	$(BIN)/ruff check deployc tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -m "not full"
+	$(BIN)/python -m pytest -q -m "not full" --durations=15
 
 # The same, with the tests marked `full` too: the whole suite.
 test-all: $(STAMP) system-deps arm64-runner

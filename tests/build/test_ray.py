@@ -149,6 +149,7 @@ def fanout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return manifest, folder / "local-out"
 
 
+@pytest.mark.full  # a two-node cluster and two builds (~50 s): make test-all; make test keeps the executor's refusals
 def test_ray_build_spreads_over_both_nodes_and_equals_the_local_build(
         cluster: Cluster, fanout: tuple[Path, Path], tmp_path: Path) -> None:
     manifest, local_out = fanout

@@ -32,7 +32,7 @@ def test_the_header_and_the_config(tiny: Path) -> None:
 def test_weights_are_llama_cpps_dequantization_under_the_checkpoints_names(tiny: Path) -> None:
     f = gguf.read(tiny)
     state = gguf_model.state_dict(f)
-    assert set(state) >= {"model.embed_tokens.weight", "model.layers.1.self_attn.q_proj.weight", "model.norm.weight"}
+    assert set(state) >= {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"}
     for name, (w, kind) in tensors().items():
         mine = state[gguf_model.checkpoint_name(name)]
         assert mine.shape == w.shape
@@ -119,8 +119,8 @@ def test_absurd_counts_and_lengths_are_refused_before_allocation(tmp_path: Path,
 
 
 def test_a_tensor_type_deployc_cannot_read_is_named(tmp_path: Path) -> None:
-    p = write_gguf(tmp_path / "k.gguf", types={"blk.1.ffn_up.weight": "12"})
-    assert _problem(p) == "k.gguf: tensor blk.1.ffn_up.weight is Q4_K; deployc reads F32, F16, Q4_0, Q4_1, Q8_0, " \
+    p = write_gguf(tmp_path / "k.gguf", types={"blk.0.ffn_up.weight": "12"})
+    assert _problem(p) == "k.gguf: tensor blk.0.ffn_up.weight is Q4_K; deployc reads F32, F16, Q4_0, Q4_1, Q8_0, " \
                           "BF16 tensors"
 
 

@@ -34,13 +34,13 @@ def _decoder(weights: tuple[dict, dict[str, torch.Tensor]]) -> Decoder:
 def test_every_block_kind_is_recovered_bit_for_bit(weights: tuple[dict, dict[str, torch.Tensor]]) -> None:
     state = weights[1]
     kinds = {name: recover(state[name]).kind for name in (  # type: ignore[union-attr]
-        "model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.embed_tokens.weight")}
-    assert kinds == {"model.layers.0.mlp.down_proj.weight": "Q4_1", "model.layers.1.mlp.down_proj.weight": "Q4_0",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight")}
+    assert kinds == {"model.layers.0.mlp.up_proj.weight": "Q4_1", "model.layers.0.mlp.down_proj.weight": "Q4_0",
                      "model.embed_tokens.weight": "Q8_0"}
-    b = recover(state["model.layers.0.mlp.down_proj.weight"])
+    b = recover(state["model.layers.0.mlp.up_proj.weight"])
     assert b is not None and b.minimum is not None and int(b.codes.min()) >= 0 and int(b.codes.max()) <= 15
-    back = b.codes.float().reshape(64, -1, 32) * b.scale[..., None] + b.minimum[..., None]
-    assert torch.equal(back.reshape(64, 128), state["model.layers.0.mlp.down_proj.weight"])
+    back = b.codes.float().reshape(128, -1, 32) * b.scale[..., None] + b.minimum[..., None]
+    assert torch.equal(back.reshape(128, 64), state["model.layers.0.mlp.up_proj.weight"])
     assert recover(torch.randn(8, 64)) is None  # float weights are on no grid
 
 
@@ -50,7 +50,7 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
     kinds = keep_blocks(kept)
     keep_blocks(once, residual=False)
     assert kinds["lm_head"] == "Q8_0" and kinds["model.embed_tokens"] == "Q8_0 table"
-    assert kinds["model.layers.1.mlp.down_proj"] == "Q4_0" and kinds["model.layers.0.self_attn.q_proj"] == "Q4_1"
+    assert kinds["model.layers.0.mlp.down_proj"] == "Q4_0" and kinds["model.layers.0.self_attn.q_proj"] == "Q4_1"
     assert isinstance(kept.lm_head, BlockLinear) and len(kept.lm_head.parts) == 2
     assert isinstance(kept.model.embed_tokens, ByteEmbedding)
     layer = kept.model.layers[0]  # linears of one input share its residual: q, k and v; gate and up

@@ -16,7 +16,7 @@ TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role
             "{{ '<|im_start|>system\\nYou are helpful.<|im_end|>\\n' }}{% endif %}"
             "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
             "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-CONFIG = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "ffn": 128, "context": 256}
+CONFIG = {"hidden": 64, "layers": 1, "heads": 4, "kv_heads": 2, "ffn": 128, "context": 256}
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -110,7 +110,7 @@ def tensors(seed: int = 0) -> dict[str, tuple[np.ndarray, str]]:
                     f"blk.{i}.attn_v.weight": (w(c["kv_heads"] * hd, h), "Q4_1"),
                     f"blk.{i}.attn_output.weight": (w(h, h), "Q4_1"),
                     f"blk.{i}.ffn_gate.weight": (w(c["ffn"], h), "Q4_1"), f"blk.{i}.ffn_up.weight": (w(c["ffn"], h), "Q4_1"),
-                    f"blk.{i}.ffn_down.weight": (w(h, c["ffn"]), "Q4_0" if i == 1 else "Q4_1")})
+                    f"blk.{i}.ffn_down.weight": (w(h, c["ffn"]), "Q4_0")})
     return out
 
 
