@@ -229,7 +229,9 @@ def test_check_reproducible(tiny_reference: tuple[Path, Path, Path]) -> None:
     assert result.code == 0 and report["reproducible"] is True and report["differences"] == []
 
 
-@pytest.mark.parametrize("point", ["export", pytest.param("cache-write", marks=pytest.mark.full),  # a second worker death
+# A worker's death (export, cache-write: ~35 s each) in make test-all; the packaging kills in make test.
+@pytest.mark.parametrize("point", [pytest.param("export", marks=pytest.mark.full),
+                                   pytest.param("cache-write", marks=pytest.mark.full),
                                    "package-staged", "package-archived"])
 def test_killed_build_leaves_nothing_that_looks_complete(point: str, tiny_reference: tuple[Path, Path, Path],
                                                          tmp_path: Path) -> None:
