@@ -172,9 +172,10 @@ class BlockLinear(nn.Module):
         y = self.parts[0](rows)
         for part in self.parts[1:]:
             y = y + part(rows)
-        if self.residual:  # the residual's rows: each output row is the sum of two
-            half = y.shape[0] // 2
-            y = y[:half] + y[half:]
+        if self.residual:  # each output row is the sum of its two rows: twice their average, pooled
+            # (slicing the rows apart would leave XNNPACK's partition: it slices no dynamic shape)
+            pair = nn.functional.avg_pool2d(y.view(1, 1, 2, -1), (2, 1))
+            y = 2 * pair.view(*means.shape[:-2], -1, y.shape[-1])
         if self.offset is not None:
             y = y + nn.functional.linear(means, self.offset)
         return y

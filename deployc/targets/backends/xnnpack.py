@@ -291,10 +291,10 @@ class Xnnpack(BackendBase):
             XnnpackPartitioner,
         )
 
-        from deployc.targets.backends import xnnpack_patterns
+        from deployc.targets.backends import xnnpack_partitions, xnnpack_patterns
 
         xnnpack_patterns.install()
-        return [XnnpackPartitioner()]
+        return [xnnpack_partitions.partitioner() if recipe.scheme == "gguf" else XnnpackPartitioner()]
 
 
 BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e",
@@ -302,4 +302,4 @@ BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
                   quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend",
                   external_weights=True, arm64_checked=True, float_fallback=True,
-                  helpers=("xnnpack_patterns.py",))
+                  helpers=("xnnpack_patterns.py", "xnnpack_partitions.py"))
