@@ -54,6 +54,9 @@ def encoders(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(folder / "project", manifest, folder / "dist", folder / "cache", report, result)
 
 
+# The five encoders' build (~50 s) is make test-all's: make test builds int4 tables in the suite's encoder_8da4w
+# (tests/e2e/test_build.py) and plans every recipe here.
+@pytest.mark.full
 @pytest.mark.slow
 @pytest.mark.parametrize("quantized,floated,kernel", [
     ("int4", "int4_float_tables", "quantized_decomposed::embedding_4bit.out"),
@@ -76,6 +79,7 @@ def test_quantized_tables_are_smaller_and_still_verified(encoders: Built, quanti
     assert q["verification"]["metrics"]["min_cosine"] > 0.98
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_inspect_says_where_the_bytes_go(encoders: Built, cli) -> None:
     bundle = encoders.out / "emb" / "0.1.0" / "arduino_q"
@@ -96,6 +100,7 @@ def test_inspect_says_where_the_bytes_go(encoders: Built, cli) -> None:
     assert r.code == 0 and "quantized weights" in r.out and "scales" in r.out
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_deployc_run_executes_the_quantized_kernels(encoders: Built, tmp_path: Path) -> None:
     import numpy as np
