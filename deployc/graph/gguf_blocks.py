@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from deployc.core.errors import BuildError
-from deployc.graph.decoder import MLP, Attention
+from deployc.graph.decoder import MLP, Attention, RMSNorm
 
 BLOCK = 32
 
@@ -220,6 +220,20 @@ class ByteEmbedding(nn.Module):
         return (codes.reshape(*shape[:-1], -1, BLOCK) * scales[..., None]).reshape(shape)
 
 
+class PooledRMSNorm(nn.Module):
+    """RMSNorm with its mean of squares as average pooling: XNNPACK delegates it (its mean only over the two
+    last dimensions of a 4-D tensor), so a layer's partition does not end at each norm. The same arithmetic
+    up to the order of the sum."""
+
+    def __init__(self, norm: RMSNorm) -> None:
+        super().__init__()
+        self.eps, self.gemma, self.weight = norm.eps, norm.gemma, norm.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x * torch.rsqrt(_pool(x * x, nn.functional.avg_pool2d, x.shape[-1]) + self.eps)
+        return normed * (1.0 + self.weight) if self.gemma else normed * self.weight
+
+
 def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, str]) -> BlockLinear:
     blocks = recover(child.weight)
     if blocks is None:
@@ -232,7 +246,7 @@ def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, 
 def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
     """Every linear and embedding of the model as its file's blocks; name -> block kind. A weight on no block
     grid (a model not from a GGUF file, or a float tensor of one) is refused: this scheme keeps, it does not
-    quantize. A decoder's linears of one input go behind one `Shared`."""
+    quantize. A decoder's linears of one input go behind one `Shared`, and its norms pool (`PooledRMSNorm`)."""
     kinds: dict[str, str] = {}
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
@@ -244,6 +258,8 @@ def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
             full = prefix + name
             if isinstance(child, nn.Linear) and child.bias is None:
                 setattr(parent, name, _block_linear(full, child, residual, kinds))
+            elif isinstance(child, RMSNorm):
+                setattr(parent, name, PooledRMSNorm(child))
             elif isinstance(child, nn.Embedding):
                 blocks = recover(child.weight)
                 if blocks is not None and blocks.kind == "Q8_0":

@@ -14,6 +14,7 @@ from deployc.graph.gguf_blocks import (
     BlockLinear,
     Blocks,
     ByteEmbedding,
+    PooledRMSNorm,
     Shared,
     int8_per_token,
     keep_blocks,
@@ -56,6 +57,7 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
     layer = kept.model.layers[0]  # linears of one input share its residual: q, k and v; gate and up
     assert isinstance(layer.self_attn.shared, Shared) and len(layer.self_attn.shared.linears) == 3
     assert isinstance(layer.mlp.shared, Shared) and not hasattr(layer.mlp, "gate_proj")
+    assert isinstance(layer.input_layernorm, PooledRMSNorm) and isinstance(kept.model.norm, PooledRMSNorm)
     tokens, pos = torch.tensor([[1, 50, 7, 200, 31, 9]]), torch.arange(6)
     with torch.no_grad():
         want, got, coarse = ref(tokens, pos), kept(tokens, pos), once(tokens, pos)
