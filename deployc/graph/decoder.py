@@ -172,10 +172,6 @@ class Attention(nn.Module):
         out = F.softmax(scores, dim=-1) @ values
         return self.o_proj(out.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
 
-    def share(self, names: tuple[str, ...], module: nn.Module) -> None:
-        """Compute the linears `names` (those of `shared_inputs`) as `module`, which returns their outputs."""
-        _share(self, names, module)
-
 
 class MLP(nn.Module):
     def __init__(self, c: DecoderConfig) -> None:
@@ -191,11 +187,9 @@ class MLP(nn.Module):
         gate, up = self.shared(x) if self.shared is not None else (self.gate_proj(x), self.up_proj(x))
         return self.down_proj(self.act(gate) * up)
 
-    def share(self, names: tuple[str, ...], module: nn.Module) -> None:
-        _share(self, names, module)
 
-
-def _share(owner: Attention | MLP, names: tuple[str, ...], module: nn.Module) -> None:
+def share(owner: Attention | MLP, names: tuple[str, ...], module: nn.Module) -> None:
+    """Compute the linears `names` (one of the owner's `shared_inputs`) as `module`, which returns their outputs."""
     if names not in owner.shared_inputs:
         raise ValueError(f"{names} are not linears of one input here")
     for name in names:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from deployc.core.errors import BuildError
-from deployc.graph.decoder import MLP, Attention, RMSNorm
+from deployc.graph.decoder import MLP, Attention, RMSNorm, share
 
 BLOCK = 32
 
@@ -253,7 +253,7 @@ def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
         if isinstance(parent, Attention | MLP):
             for names in parent.shared_inputs:
                 linears = [_block_linear(prefix + n, getattr(parent, n), residual, kinds) for n in names]
-                parent.share(names, Shared(linears))
+                share(parent, names, Shared(linears))
         for name, child in list(parent.named_children()):
             full = prefix + name
             if isinstance(child, nn.Linear) and child.bias is None:
