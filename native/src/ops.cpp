@@ -7,6 +7,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "preprocess.h"
 
@@ -165,20 +166,50 @@ int64_t choose(const Array& logits, double temperature, double top_p, std::mt199
   return static_cast<int64_t>(ranked[keep - 1]);
 }
 
+// How many of the prompt's first and last tokens are its frame: bos and the chat prefix's tokens where the
+// prompt starts with them, the suffix's where it ends with them (generation.py's frame_tokens).
+std::pair<size_t, size_t> frame_tokens(const std::vector<int64_t>& ids, const std::vector<int64_t>& bos,
+                                       const std::vector<int64_t>& prefix, const std::vector<int64_t>& suffix) {
+  std::vector<int64_t> head(bos);
+  head.insert(head.end(), prefix.begin(), prefix.end());
+  const bool starts = ids.size() >= head.size() && std::equal(head.begin(), head.end(), ids.begin());
+  const bool ends = !suffix.empty() && ids.size() >= suffix.size() &&
+                    std::equal(suffix.rbegin(), suffix.rend(), ids.rbegin());
+  return {starts ? head.size() : bos.size(), ends ? suffix.size() : 0};
+}
+
+// A prompt that would not leave room for the answer keeps its frame (bos, the chat template's prefix and
+// suffix: what the model was tuned on) and the message's last tokens; when the frame alone leaves no room,
+// the last tokens (generation.py's fit_prompt, as deployc run does).
+void fit_prompt(std::vector<int64_t>& ids, size_t room, std::pair<size_t, size_t> frame) {
+  if (ids.size() <= room) return;
+  const auto [head, tail] = frame;
+  const size_t cut_from = head + tail < room ? head : 0;
+  ids.erase(ids.begin() + static_cast<long>(cut_from), ids.end() - static_cast<long>(room - cut_from));
+}
+
 // Prefill the prompt in one call, then one call per new token: the loop of deployc run (generation.py).
 Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, const Tokenizer& tk,
                  const std::string& prompt, const RunOptions& options, Values& out, json& stats) {
   auto start = std::chrono::steady_clock::now();
   std::vector<int64_t> ids;
   // The model's chat template, rendered at build time into what goes before and after the user's message.
-  const std::string framed = params.value("chat_prefix", std::string()) + prompt +
-                             params.value("chat_suffix", std::string());
-  if (Failure f = tk.encode(framed, false, 0, ids)) return {f.exit_code, "stage " + stage.name + ": " + f.message};
-  if (params.contains("bos_id")) ids.insert(ids.begin(), params.at("bos_id").get<int64_t>());
+  const std::string prefix = params.value("chat_prefix", std::string());
+  const std::string suffix = params.value("chat_suffix", std::string());
+  std::vector<int64_t> bos, prefix_ids, suffix_ids;
+  if (Failure f = tk.encode(prefix + prompt + suffix, false, 0, ids))
+    return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  if (Failure f = prefix.empty() ? Failure{} : tk.encode(prefix, false, 0, prefix_ids))
+    return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  if (Failure f = suffix.empty() ? Failure{} : tk.encode(suffix, false, 0, suffix_ids))
+    return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  if (params.contains("bos_id")) {
+    bos.push_back(params.at("bos_id").get<int64_t>());
+    ids.insert(ids.begin(), bos[0]);
+  }
   const int64_t max_new = params.at("max_new_tokens"), max_seq = params.at("max_seq_len");
-  // The prompt keeps its last tokens when it would not leave room for the answer (as deployc run does).
   const size_t room = static_cast<size_t>(max_new < max_seq ? max_seq - max_new : 1);
-  if (ids.size() > room) ids.erase(ids.begin(), ids.end() - static_cast<long>(room));
+  fit_prompt(ids, room, frame_tokens(ids, bos, prefix_ids, suffix_ids));
   std::vector<int64_t> eos = params.value("eos_ids", std::vector<int64_t>{});
   std::vector<std::string> stops = params.value("stop", std::vector<std::string>{});
   const double temperature = params.value("temperature", 0.0), top_p = params.value("top_p", 1.0);

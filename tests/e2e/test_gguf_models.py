@@ -81,6 +81,16 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
     assert native.returncode == 0, native.stderr[-2000:]
     assert json.loads(native.stdout)["outputs"]["answer"] == json.loads(python.out)["outputs"]["answer"]
 
+    # A question past the context (64 - 8 new tokens) keeps the frame and its own last tokens in both.
+    long = "question=" + "hello bees " * 60
+    python = run_subprocess("run", str(bundle), "--input", long, "--json", cwd=built.folder)
+    native = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", long],
+                            capture_output=True, text=True, timeout=300)
+    assert python.code == 0 and native.returncode == 0, (python.err + native.stderr)[-2000:]
+    ran, ran_natively = json.loads(python.out), json.loads(native.stdout)
+    assert ran["generation"]["prompt_tokens"] == ran_natively["generation"]["prompt_tokens"] == 56
+    assert ran["outputs"]["answer"] == ran_natively["outputs"]["answer"]
+
 
 @pytest.mark.slow
 def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:

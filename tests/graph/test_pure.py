@@ -12,7 +12,7 @@ from deployc.build.programs import compare_outputs
 from deployc.core.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
 from deployc.graph.metrics import EXACT_SQNR_DB, compare, judge, summarize
 from deployc.packaging.corpus import chunk_text
-from deployc.pipeline.host.generation import choose, generate
+from deployc.pipeline.host.generation import choose, fit_prompt, frame_tokens, generate
 from deployc.plan.build_plan import DimPlan, OutputPlan
 from deployc.plan.planner import verification_points
 
@@ -100,6 +100,27 @@ def test_generate_stops_at_eos_and_feeds_positions() -> None:
 
     assert generate(step, [1, 2, 3], max_new_tokens=8, max_seq_len=64, eos_ids=[9]) == [5, 6]
     assert calls == [([1, 2, 3], [0, 1, 2]), ([5], [3]), ([6], [4])]
+
+
+def test_a_long_prompt_keeps_its_frame_and_the_messages_end() -> None:
+    # bos 1, the chat prefix 7 8, the message 20..29, the suffix 8 9
+    ids = [1, 7, 8, *range(20, 30), 8, 9]
+    frame = frame_tokens(ids, [1], [7, 8], [8, 9])
+    assert frame == (3, 2)
+    assert fit_prompt(ids, 8, *frame) == [1, 7, 8, 27, 28, 29, 8, 9]
+    assert fit_prompt(ids, len(ids), *frame) == ids  # fits: whole
+    assert fit_prompt(ids, 5, *frame) == ids[-5:]  # the frame alone fills the room: the last tokens
+    # A message merged with the prefix's last token: only bos is kept in front.
+    assert frame_tokens([1, 7, 99, 20, 8, 9], [1], [7, 8], [8, 9]) == (1, 2)
+    assert frame_tokens([7, 8, 20], [], [7, 8], [8, 9]) == (2, 0)
+    calls: list[list[int]] = []
+
+    def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        calls.append(tokens.reshape(-1).tolist())
+        return np.eye(40)[0]
+
+    generate(step, ids, max_new_tokens=2, max_seq_len=10, eos_ids=[0], frame=frame)
+    assert calls == [[1, 7, 8, 27, 28, 29, 8, 9]]
 
 
 # ---- dim points ----------------------------------------------------------------------------------------

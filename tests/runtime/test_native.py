@@ -146,7 +146,7 @@ def test_native_pipeline_bad_input_exits_2_naming_the_stage(runner: Path, rag: P
     assert proc.returncode == 2
     assert "error: stage query_tokens (tokenize): the input is not valid UTF-8 (byte 3)" in proc.stderr
 
-    # A prompt beyond the decoder's context keeps its last tokens: max_seq_len 384 - 48 new tokens.
+    # A prompt beyond the decoder's context keeps bos and its last tokens: max_seq_len 384 - 48 new tokens.
     long_query = " ".join(["honeybees dance to point at flowers"] * 300)
     proc = _native(runner, str(bundle), "--pipeline", "--text", f"query={long_query}")
     assert proc.returncode == 0, proc.stderr[-1000:]

@@ -94,14 +94,17 @@ class GenerateOp(OpBase):
     def run(self, stage: dict[str, Any], args: dict[str, Any], params: dict[str, Any], host: Host) -> dict[str, Any]:
         import numpy as np
 
-        from deployc.pipeline.host.generation import generate, prompt_room
+        from deployc.pipeline.host.generation import frame_tokens, generate, prompt_room
         from deployc.pipeline.ops.template import as_text
 
         tk = host.tokenizer(params["tokenizer"], None)
-        prompt = params.get("chat_prefix", "") + as_text(args["prompt"]) + params.get("chat_suffix", "")
-        ids = tk.encode(prompt, add_special_tokens=False).ids
+        prefix, suffix = params.get("chat_prefix", ""), params.get("chat_suffix", "")
+        ids = tk.encode(prefix + as_text(args["prompt"]) + suffix, add_special_tokens=False).ids
         if "bos_id" in params:
             ids = [params["bos_id"], *ids]
+        frame = frame_tokens(ids, [params["bos_id"]] if "bos_id" in params else [],
+                             tk.encode(prefix, add_special_tokens=False).ids if prefix else [],
+                             tk.encode(suffix, add_special_tokens=False).ids if suffix else [])
         stops = params.get("stop", [])
         calls: list[float] = []  # when each decoder call began: the second one follows the first token
 
@@ -115,7 +118,7 @@ class GenerateOp(OpBase):
 
         start = time.perf_counter()
         new = generate(step, ids, params["max_new_tokens"], params["max_seq_len"], params.get("eos_ids", []),
-                       params["temperature"], params["top_p"], params["seed"], stopped if stops else None)
+                       params["temperature"], params["top_p"], params["seed"], stopped if stops else None, frame)
         end = time.perf_counter()
         first = (calls[1] if len(calls) > 1 else end) - start
         room = prompt_room(params["max_new_tokens"], params["max_seq_len"])
