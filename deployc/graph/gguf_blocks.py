@@ -78,6 +78,30 @@ def recover(w: torch.Tensor) -> Blocks | None:
     return None
 
 
+def q4_1(w: torch.Tensor) -> Blocks:
+    """A float weight [out, in] rounded to Q4_1 blocks as llama.cpp's quantize_row_q4_1 rounds it: per 32
+    weights the minimum and (maximum - minimum) / 15, codes from those in float32, both stored as fp16."""
+    out, inp = w.shape
+    b = w.detach().float().reshape(out, inp // BLOCK, BLOCK)
+    lo, hi = b.amin(-1), b.amax(-1)
+    d = (hi - lo) / 15
+    inverse = torch.where(d != 0, 1 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    q = torch.clamp(torch.floor((b - lo[..., None]) * inverse[..., None] + 0.5), 0, 15)
+    return Blocks("Q4_1", q.to(torch.int8).reshape(out, inp), _fp16(d), _fp16(lo))
+
+
+def q8_0(w: torch.Tensor) -> Blocks:
+    """A float weight [rows, in] rounded to Q8_0 blocks as llama.cpp's quantize_row_q8_0 rounds it: per 32
+    weights the largest magnitude / 127 (stored as fp16), codes rounded half away from zero."""
+    out, inp = w.shape
+    b = w.detach().float().reshape(out, inp // BLOCK, BLOCK)
+    d = b.abs().amax(-1) / 127
+    inverse = torch.where(d != 0, 1 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+    v = b * inverse[..., None]
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)  # C's roundf
+    return Blocks("Q8_0", q.to(torch.int8).reshape(out, inp), _fp16(d), None)
+
+
 def _pool(x: torch.Tensor, pool: Callable[..., torch.Tensor], width: int) -> torch.Tensor:
     """`pool` over each row's features in windows of `width`: [..., rows, in] -> [..., rows, in / width]. Rows
     go in as a [1, 1, rows, in] image (the form XNNPACK delegates with a dynamic row count) and come back
@@ -234,34 +258,58 @@ class PooledRMSNorm(nn.Module):
         return normed * (1.0 + self.weight) if self.gemma else normed * self.weight
 
 
-def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, str]) -> BlockLinear:
-    blocks = recover(child.weight)
+@dataclass(frozen=True)
+class Rounding:
+    """What the blocks of a float model's weights are: None keeps a GGUF file's own (a weight on no grid is
+    refused); else llama.cpp's Q4_1 for the linears and Q8_0 for the tables (the token embedding, and the
+    output layer tied to it), as llama.cpp's converter writes SmolLM2's Q4_1 file."""
+
+    tables: frozenset[int]  # data pointers of the embedding tables' weights
+
+
+def _blocks(full: str, weight: torch.Tensor, rounding: Rounding | None, table: bool) -> Blocks:
+    if rounding is not None:
+        if weight.shape[-1] % BLOCK:
+            raise BuildError(f"{full}: {weight.shape[-1]} inputs are not whole blocks of {BLOCK}: the gguf "
+                             "scheme needs them; choose another scheme")
+        return q8_0(weight) if table or weight.data_ptr() in rounding.tables else q4_1(weight)
+    blocks = recover(weight)
     if blocks is None:
         raise BuildError(f"{full}'s weights are not the blocks of a GGUF file (Q4_0, Q4_1 or Q8_0): "
                          "the gguf scheme keeps a file's blocks; choose another scheme")
+    return blocks
+
+
+def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, str],
+                  rounding: Rounding | None) -> BlockLinear:
+    blocks = _blocks(full, child.weight, rounding, False)
     kinds[full] = blocks.kind
     return BlockLinear(blocks, residual)
 
 
-def keep_blocks(model: nn.Module, residual: bool = True) -> dict[str, str]:
+def keep_blocks(model: nn.Module, residual: bool = True, round_float: bool = False) -> dict[str, str]:
     """Every linear and embedding of the model as its file's blocks; name -> block kind. A weight on no block
-    grid (a model not from a GGUF file, or a float tensor of one) is refused: this scheme keeps, it does not
-    quantize. A decoder's linears of one input go behind one `Shared`, and its norms pool (`PooledRMSNorm`)."""
+    grid (a float tensor of a GGUF file) is refused: for a GGUF file this scheme keeps, it does not quantize.
+    `round_float` (a float checkpoint): the weights rounded to blocks as llama.cpp rounds them (`Rounding`).
+    A decoder's linears of one input go behind one `Shared`, and its norms pool (`PooledRMSNorm`)."""
     kinds: dict[str, str] = {}
+    rounding = (Rounding(frozenset(m.weight.data_ptr() for m in model.modules() if isinstance(m, nn.Embedding)))
+                if round_float else None)
     for parent_name, parent in list(model.named_modules()):
         prefix = f"{parent_name}." if parent_name else ""
         if isinstance(parent, Attention | MLP):
             for names in parent.shared_inputs:
-                linears = [_block_linear(prefix + n, getattr(parent, n), residual, kinds) for n in names]
+                linears = [_block_linear(prefix + n, getattr(parent, n), residual, kinds, rounding) for n in names]
                 share(parent, names, Shared(linears))
         for name, child in list(parent.named_children()):
             full = prefix + name
             if isinstance(child, nn.Linear) and child.bias is None:
-                setattr(parent, name, _block_linear(full, child, residual, kinds))
+                setattr(parent, name, _block_linear(full, child, residual, kinds, rounding))
             elif isinstance(child, RMSNorm):
                 setattr(parent, name, PooledRMSNorm(child))
             elif isinstance(child, nn.Embedding):
-                blocks = recover(child.weight)
+                blocks = (q8_0(child.weight) if rounding is not None and child.weight.shape[-1] % BLOCK == 0
+                          else recover(child.weight))
                 if blocks is not None and blocks.kind == "Q8_0":
                     setattr(parent, name, ByteEmbedding(blocks))
                     kinds[full] = "Q8_0 table"

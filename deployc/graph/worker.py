@@ -297,7 +297,7 @@ def quantize_weights(b: Build) -> None:
         from deployc.graph.gguf_blocks import keep_blocks
 
         b.at("quantize")
-        keep_blocks(b.model)
+        keep_blocks(b.model, round_float=b.unit.load.gguf is None)  # a float checkpoint: rounded as llama.cpp does
         b.lap("quantize")
         return
     if recipe.method != "torchao":

@@ -140,8 +140,8 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     accepted = scheme in unit.quantization or (scheme == "gguf" and "8da4w" in unit.quantization)
     if not accepted or recipe is None:
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
-    if scheme == "gguf" and r.spec.source.gguf is None:
-        return None, "gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file"
+    if scheme == "gguf" and r.spec.source.gguf is None and r.spec.source.huggingface is None:
+        return None, "gguf keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
     if recipe.float_fallback and unit.int8_only and not r.tolerances.allow_float_ops:
         recipe = recipe.model_copy(update={"float_fallback": None})  # its float operators would fail the unit
     if not toolchain.backends[unit.backend].usable:

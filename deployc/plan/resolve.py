@@ -59,11 +59,17 @@ class ResolvedModel:
     def with_scheme(self, scheme: SchemeName) -> ResolvedModel:
         """One candidate of a choice of schemes (`quantization.choose`): that scheme, its tolerances."""
         return dataclasses.replace(self, quantization=self.quantization.as_scheme(scheme), choice=self.quantization,
-                                   tolerances=_tolerances(scheme, *self.verify_layers))
+                                   tolerances=_tolerances(_defaults(scheme, self.spec), *self.verify_layers))
 
     @property
     def dynamic_dims(self) -> list[str]:
         return sorted(n for n, d in self.dims.items() if d.bounds()[1] > d.bounds()[0])
+
+
+def _defaults(scheme: str | None, spec: ModelSpec) -> str | None:
+    """Whose default tolerances a scheme takes: gguf on a float checkpoint rounds its weights to 4-bit blocks
+    (a GGUF file's are kept, the activations' error alone is left), so it is held to 8da4w's."""
+    return "8da4w" if scheme == "gguf" and spec.source.gguf is None else scheme
 
 
 def _tolerances(scheme: str | None, *layers: VerifySpec | None) -> Tolerances:
@@ -101,7 +107,7 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 quantization=quant, quantization_at=doc.locate(q_path),
                 quantization_field=".".join(str(p) for p in q_path),
                 unit=unit, unit_at=unit_at,
-                tolerances=_tolerances(quant.scheme, spec.verify, ov.verify if ov else None),
+                tolerances=_tolerances(_defaults(quant.scheme, spec), spec.verify, ov.verify if ov else None),
                 verify_layers=(spec.verify, ov.verify if ov else None),
                 dims={**spec.dims, **{n: d.under(spec.dims[n]) if n in spec.dims else d
                                      for n, d in (ov.dims if ov else {}).items()}},
@@ -111,6 +117,7 @@ def resolve(project: Project) -> list[ResolvedModel]:
                 resolved = dataclasses.replace(resolved, own_scheme=dataclasses.replace(
                     resolved, quantization=spec.quantization, quantization_at=doc.locate((*base, "quantization")),
                     quantization_field=f"models.{name}.quantization",
-                    tolerances=_tolerances(spec.quantization.scheme, spec.verify, ov.verify if ov else None)))
+                    tolerances=_tolerances(_defaults(spec.quantization.scheme, spec), spec.verify,
+                                           ov.verify if ov else None)))
             out.append(resolved)
     return out

@@ -107,7 +107,7 @@ def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:
     assert blocks["size_bytes"] < 0.75 * float_bytes  # at this size the graph weighs; SmolLM2: docs/benchmarks.md
 
 
-def test_the_gguf_scheme_needs_a_gguf_source(project: Path, cli) -> None:
+def test_the_gguf_scheme_needs_a_gguf_or_hugging_face_source(project: Path, cli) -> None:
     (project / "f.yaml").write_text("""\
 apiVersion: deployc/v1
 name: f
@@ -121,7 +121,7 @@ models:
 """)
     r = cli("plan", "f.yaml")
     assert r.code == 2
-    assert "gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file" in r.err
+    assert "gguf keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them" in r.err
 
 
 def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> None:

@@ -146,6 +146,12 @@ models:
     dims: {seq: {min: 1, max: 48}}
     quantization: 8da4w
     verify: {enabled: true, min_cosine: 0.5, min_sqnr_db: 0.0}
+  llm_gguf:
+    task: text-generation
+    source: {huggingface: hf/llama}
+    dims: {seq: {min: 1, max: 48}}
+    quantization: gguf
+    verify: {enabled: true, min_cosine: 0.5, min_sqnr_db: 0.0}
 pipeline:
   inputs: {query: {type: text}}
   outputs: {answer: answer.text}
@@ -202,6 +208,17 @@ def test_a_quantized_decoder_reports_its_token_parity(gen: Built) -> None:
     text, tolerance = u["verification"]["text"], u["verification"]["tolerance"]
     assert text["positions"] == 4 * 48 and text["kl"] > 0 and 0 <= text["top1"] <= 1
     assert (tolerance["max_perplexity_ratio"], tolerance["max_kl"], tolerance["min_top1"]) == (1.10, 0.08, 0.80)
+
+
+@pytest.mark.slow
+def test_a_float_checkpoint_in_the_gguf_scheme_is_rounded_as_llama_cpp_rounds(gen: Built) -> None:
+    """The gguf scheme on a float Hugging Face checkpoint: llama.cpp's Q4_1 blocks (graph/gguf_blocks.py),
+    the activations' residual kept; judged against eager fp32 like any scheme, closer than 8da4w."""
+    units = {u["model"]: u for u in gen.report["units"]}
+    u, w4 = units["llm_gguf"], units["llm_8da4w"]
+    assert u["status"] == "built" and u["quantization"] == "gguf"
+    text = u["verification"]["text"]
+    assert text["positions"] == 4 * 48 and 0 < text["kl"] < w4["verification"]["text"]["kl"]
 
 
 @pytest.mark.slow

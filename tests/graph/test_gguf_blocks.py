@@ -3,8 +3,10 @@ kernels compute them plus the blocks' offsets, the activations' int8 residual ta
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from helpers import gguf_files
 from helpers.gguf_files import write_gguf
 
 from deployc.core import gguf, gguf_model
@@ -18,6 +20,8 @@ from deployc.graph.gguf_blocks import (
     Shared,
     int8_per_token,
     keep_blocks,
+    q4_1,
+    q8_0,
     recover,
 )
 
@@ -80,6 +84,34 @@ def test_the_int8_image_is_xnnpacks_grid() -> None:
     want = (torch.clamp(torch.round(rows / step) + zero, -128, 127) - zero) * step
     assert torch.equal(int8_per_token(rows), want)
     assert torch.equal(int8_per_token(rows[0]), want[0])  # a 2-D input (the output layer's) the same
+
+
+def test_float_weights_round_as_llama_cpp_rounds_them() -> None:
+    """A float checkpoint's weights in the gguf scheme: Q4_1 and Q8_0 blocks equal to llama.cpp's quantizers'
+    (the test's copies of quantize_row_q4_1 / q8_0, read back by deployc's GGUF reader), a tie included."""
+    w = np.random.default_rng(3).normal(0, 0.02, (48, 96)).astype(np.float32)
+    w[0, :32] = 0.5  # a constant block: scale 0
+    w[1, :32] = np.arange(32) / 62 - 0.25  # ties at x.5 codes
+    for ours, theirs, type_id in ((q4_1, gguf_files.q4_1, 3), (q8_0, gguf_files.q8_0, 8)):
+        raw = np.frombuffer(theirs(w), dtype=np.uint8)
+        want = gguf.dequantize(raw, gguf.Tensor("w", w.shape, type_id, 0, raw.size))
+        blocks = ours(torch.from_numpy(w))
+        got = blocks.codes.float().reshape(48, 3, 32) * blocks.scale[..., None]
+        if blocks.minimum is not None:
+            got = got + blocks.minimum[..., None]
+        assert torch.equal(got.reshape(48, 96), torch.from_numpy(want))
+        assert recover(got.reshape(48, 96)).kind == blocks.kind  # and the scheme's own check finds them again
+
+
+def test_a_float_model_is_rounded_its_tied_output_layer_as_the_table() -> None:
+    table = torch.nn.Embedding(40, 64)
+    model = torch.nn.ModuleDict({"embed": table, "proj": torch.nn.Linear(64, 32, bias=False),
+                                 "head": torch.nn.Linear(64, 40, bias=False)})
+    model["head"].weight = table.weight
+    assert keep_blocks(model, round_float=True) == {"proj": "Q4_1", "head": "Q8_0", "embed": "Q8_0 table"}
+    odd = torch.nn.Sequential(torch.nn.Linear(48, 8, bias=False))
+    with pytest.raises(BuildError, match=r"^0: 48 inputs are not whole blocks of 32"):
+        keep_blocks(odd, round_float=True)
 
 
 def test_a_model_not_from_a_gguf_file_is_refused_naming_the_layer() -> None:

@@ -121,7 +121,7 @@ def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> 
         with pytest.raises(PlanError) as refused:
             make_plan(load_project(path), toolchain(qnn=True))
         assert refused.value.diagnostics[0].hint == \
-            "u (xnnpack): gguf keeps a GGUF file's own blocks; the model's source is not a GGUF file"
+            "u (xnnpack): gguf keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
     elif scheme in accepted:
         plan = make_plan(load_project(path), toolchain(qnn=True))
         (unit,) = plan.units()
