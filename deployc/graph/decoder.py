@@ -163,13 +163,17 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
-        keys, values = self.k_cache, self.v_cache
-        if self.kv_heads != self.heads:  # grouped-query attention: each cached head serves a group of q heads
-            keys = keys.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            values = values.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        scores = (q @ keys.transpose(2, 3)) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        out = F.softmax(scores, dim=-1) @ values
+        # Grouped-query attention: each cached head serves a group of q heads (heads j*g .. j*g+g-1), whose
+        # queries go side by side against it, [1, kv_heads, g*t, head_dim]; repeating the cache for every q head
+        # instead copied all of it each call (a third of SmolLM2's decode step). The g*t rows are split back in
+        # two steps (g*t -> g, t, then kv, g -> heads): torch.export cannot prove a one-step regrouping for
+        # every t.
+        g = self.heads // self.kv_heads
+        grouped = q.reshape(1, self.kv_heads, g * t, self.head_dim)
+        scores = (grouped @ self.k_cache.transpose(2, 3)).unflatten(2, (g, -1)).flatten(1, 2)
+        scores = (scores / math.sqrt(self.head_dim)).masked_fill(~mask, float("-inf"))
+        weights = F.softmax(scores, dim=-1).unflatten(1, (self.kv_heads, g)).flatten(2, 3)
+        out = (weights @ self.v_cache).unflatten(2, (g, -1)).flatten(1, 2)
         return self.o_proj(out.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
 
 
