@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--program", type=Path, default=None, help="deployc's .pte (default: the bundle in dist/)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    program = args.program or next(BUNDLE.glob("programs/*.pte"), None)
+    program = args.program or next(BUNDLE.glob("*.pte"), None)
     if program is None:
         sys.exit(f"no program in {BUNDLE}: run `deployc build manifests/smollm2.yaml --no-emulate` first")
     gguf = gguf_path()
