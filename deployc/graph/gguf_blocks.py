@@ -267,12 +267,12 @@ class Rounding:
     tables: frozenset[int]  # data pointers of the embedding tables' weights
 
 
-def _blocks(full: str, weight: torch.Tensor, rounding: Rounding | None, table: bool) -> Blocks:
+def _blocks(full: str, weight: torch.Tensor, rounding: Rounding | None) -> Blocks:
     if rounding is not None:
         if weight.shape[-1] % BLOCK:
             raise BuildError(f"{full}: {weight.shape[-1]} inputs are not whole blocks of {BLOCK}: the gguf "
                              "scheme needs them; choose another scheme")
-        return q8_0(weight) if table or weight.data_ptr() in rounding.tables else q4_1(weight)
+        return q8_0(weight) if weight.data_ptr() in rounding.tables else q4_1(weight)
     blocks = recover(weight)
     if blocks is None:
         raise BuildError(f"{full}'s weights are not the blocks of a GGUF file (Q4_0, Q4_1 or Q8_0): "
@@ -282,7 +282,7 @@ def _blocks(full: str, weight: torch.Tensor, rounding: Rounding | None, table: b
 
 def _block_linear(full: str, child: nn.Linear, residual: bool, kinds: dict[str, str],
                   rounding: Rounding | None) -> BlockLinear:
-    blocks = _blocks(full, child.weight, rounding, False)
+    blocks = _blocks(full, child.weight, rounding)
     kinds[full] = blocks.kind
     return BlockLinear(blocks, residual)
 
