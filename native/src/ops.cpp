@@ -197,12 +197,9 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
   const std::string prefix = params.value("chat_prefix", std::string());
   const std::string suffix = params.value("chat_suffix", std::string());
   std::vector<int64_t> bos, prefix_ids, suffix_ids;
-  if (Failure f = tk.encode(prefix + prompt + suffix, false, 0, ids))
-    return {f.exit_code, "stage " + stage.name + ": " + f.message};
-  if (Failure f = prefix.empty() ? Failure{} : tk.encode(prefix, false, 0, prefix_ids))
-    return {f.exit_code, "stage " + stage.name + ": " + f.message};
-  if (Failure f = suffix.empty() ? Failure{} : tk.encode(suffix, false, 0, suffix_ids))
-    return {f.exit_code, "stage " + stage.name + ": " + f.message};
+  for (auto [text, into] : {std::pair{prefix + prompt + suffix, &ids}, {prefix, &prefix_ids}, {suffix, &suffix_ids}})
+    if (Failure f = text.empty() ? Failure{} : tk.encode(text, false, 0, *into))
+      return {f.exit_code, "stage " + stage.name + ": " + f.message};
   if (params.contains("bos_id")) {
     bos.push_back(params.at("bos_id").get<int64_t>());
     ids.insert(ids.begin(), bos[0]);
