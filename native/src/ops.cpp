@@ -224,6 +224,7 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
   std::string streamed;
   int64_t pos = static_cast<int64_t>(ids.size());
   double decode_ms = 0;
+  bool cancelled = false;
   while (static_cast<int64_t>(generated.size()) < max_new && pos < max_seq) {
     int64_t token = choose(outputs.at(0), temperature, top_p, rng);
     if (generated.empty()) first_token_ms = since(start);
@@ -236,6 +237,10 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
     }
     if (std::any_of(stops.begin(), stops.end(), [&](const std::string& s) { return text.find(s) != std::string::npos; }))
       break;
+    if (options.cancelled && options.cancelled()) {
+      cancelled = true;
+      break;
+    }
     auto t = std::chrono::steady_clock::now();
     if (Failure f = step({token}, pos)) return f;
     decode_ms += since(t);
@@ -243,6 +248,7 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
   }
   stats = {{"prompt_tokens", prompt_tokens}, {"tokens", generated.size()}, {"first_token_ms", first_token_ms},
            {"per_token_ms", generated.size() > 1 ? decode_ms / static_cast<double>(generated.size() - 1) : 0.0}};
+  if (cancelled) stats["cancelled"] = true;
   std::string text = tk.decode(generated);
   for (const auto& s : stops) text = text.substr(0, text.find(s));
   out["text"] = text;

@@ -32,6 +32,9 @@ nlohmann::json to_json(const Value& v);
 struct RunOptions {
   std::string until;                                  // stop after this stage ("" runs them all)
   std::function<void(const std::string&)> on_text;    // generate: each new piece of text as it is decoded
+  // generate: asked after each new token; true ends the generation there (the text so far is the answer,
+  // its figures say "cancelled"). An app's stop button, or a listener that has read enough.
+  std::function<bool()> cancelled;
 };
 
 // What an op may use: the folder its parameters' files are in (the bundle), the bundle's programs (none
@@ -44,6 +47,7 @@ class OpContext {
   const std::string& root() const { return root_; }
   Bundle* bundle() const { return bundle_; }
   const RunOptions& options() const { return options_; }
+  void set_options(RunOptions options) { options_ = std::move(options); }
   const Tokenizer* tokenizer(const std::string& file, Failure& failure);
   nlohmann::json figures = nlohmann::json::object();
 

@@ -17,6 +17,8 @@ class Pipeline {
   // Loads every program and tokenizer the stages use (and runs the declared warm-ups), timed as load_ms.
   static std::unique_ptr<Pipeline> open(Bundle& bundle, Failure& failure, RunOptions options = {});
   double load_ms() const { return load_ms_; }
+  // The options of the runs that follow (an app's token callback and cancellation change per run).
+  void set_options(RunOptions options) { ctx_.set_options(std::move(options)); }
   // texts: the pipeline's text inputs (and files' bytes) by name; tensors: values given for STAGE.PORT (skipping
   // that stage's own computation, e.g. token ids computed elsewhere). result: {outputs, stages, latency_ms,
   // load_ms, generation: {prompt_tokens, tokens, first_token_ms, per_token_ms}}.
