@@ -31,12 +31,14 @@ install-bench: $(STAMP) system-deps
 	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/python -m pip install --quiet --no-cache-dir -e '.[bench]'
 
 # Debian packages the tests use: the standard flatc decodes runtime.bin against the committed schema;
-# cmake, g++ and the headers build the native runner (`deployc native build`); iproute2 gives the Ray
+# cmake, g++ and the headers build the native runner (`deployc native build`); the JDK and JUnit 4 build
+# and test its Java API (`deployc native build --jni`, tests/jvm); iproute2 gives the Ray
 # tests a loopback-only network namespace for their two-node cluster; chromium loads the HTML report. DEB_ARM64: the arm64 runner that
 # checks CPU programs on arm64 kernels under qemu (docs/native.md, "The runner for arm64"; the list is
 # deployc/targets/arm64_runner.py's DEBIAN_PACKAGES).
 DEB_PACKAGES := cmake g++ pkg-config flatbuffers-compiler libflatbuffers-dev nlohmann-json3-dev libssl-dev \
-	libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev iproute2 chromium
+	libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev openjdk-17-jdk-headless junit4 \
+	iproute2 chromium
 DEB_ARM64 := g++-aarch64-linux-gnu qemu-user libc6:arm64 libstdc++6:arm64 libflatbuffers-dev:arm64 \
 	libssl-dev:arm64 libutf8proc-dev:arm64 libpcre2-dev:arm64 libpng-dev:arm64 libjpeg-dev:arm64
 system-deps:

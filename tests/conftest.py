@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from deployc.cli.app import main
+from deployc.targets.native_build import JavaApi
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers package
 
@@ -131,11 +132,18 @@ def npu(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 
 @pytest.fixture(scope="session")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The native reference runner (`deployc native build`), built once per session."""
-    from deployc.targets.native_build import build_runner
+def java_api(tmp_path_factory: pytest.TempPathFactory) -> JavaApi:
+    """The native reference runner with the Java API beside it (`deployc native build --jni`): one build of
+    the C++ sources per session."""
+    from deployc.targets.native_build import build_java_api
 
-    return build_runner(tmp_path_factory.mktemp("native") / "build", lambda _: None)
+    return build_java_api(tmp_path_factory.mktemp("native") / "build", lambda _: None)
+
+
+@pytest.fixture(scope="session")
+def runner(java_api: JavaApi) -> Path:
+    """The native reference runner (`deployc native build`)."""
+    return java_api.library.parent / "deployc-runner"
 
 
 @pytest.fixture(scope="session")

@@ -476,12 +476,22 @@ def run(
 @native_app.command("build")
 def native_build(build_dir: Annotated[Path | None, typer.Option(
         "--build-dir", help="CMake build directory (default: native/build; with --arch, deployc's toolchain folder)")]
-        = None, arch: ArchOpt = None) -> None:
+        = None, arch: ArchOpt = None, jni: Annotated[bool, typer.Option(
+        "--jni", help="also the Java API: libdeployc_jni.so and deployc.jar (needs a JDK; docs/android.md)")]
+        = False) -> None:
     """Configure and build the C++ reference runner (native/) against the installed executorch wheel, or
     (--arch aarch64) cross-compile it for arm64 Linux against the aarch64 wheel's runtime."""
-    from deployc.targets.native_build import build_runner
+    from deployc.targets.native_build import build_java_api, build_runner
 
     console = Console()
+    if jni and arch is not None:
+        raise UsageError("--jni builds for this host's JVM; it does not combine with --arch",
+                         hint="docs/android.md says how the same sources build for Android")
+    if jni:
+        api = build_java_api(build_dir or Path("native/build"), console.status)
+        console.result(f"built {api.library.parent / 'deployc-runner'}, {api.library} and {api.jar}")
+        console.result(f"run Java with: -Ddeployc.library={api.library.resolve()} -cp {api.jar.resolve()}")
+        return
     if arch is None:
         console.result(f"built {build_runner(build_dir or Path('native/build'), console.status)}")
         return

@@ -1,4 +1,5 @@
-"""`deployc native build`: configure and build the C++ reference runner against the installed executorch."""
+"""`deployc native build`: configure and build the C++ reference runner against the installed executorch, and
+(`--jni`) the Java API's JNI library and jar from the same sources."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from deployc.core.errors import BuildError
@@ -14,6 +16,35 @@ from deployc.core.errors import BuildError
 SOURCE = Path(__file__).resolve().parents[2] / "native"
 DEBIAN_PACKAGES = ("cmake g++ pkg-config libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libssl-dev "
                    "libutf8proc-dev libpcre2-dev libsentencepiece-dev libpng-dev libjpeg-dev")
+JDK_PACKAGES = "openjdk-17-jdk-headless junit4"
+
+
+@dataclass(frozen=True)
+class JavaApi:
+    library: Path  # libdeployc_jni.so: System.load it, or -Ddeployc.library=PATH
+    jar: Path      # deployc.jar: the dev.deployc classes
+
+
+def java_home() -> Path:
+    """The JDK of the javac on PATH (JAVA_HOME when set): its jni.h is what the library compiles against."""
+    if os.environ.get("JAVA_HOME"):
+        return Path(os.environ["JAVA_HOME"])
+    javac = shutil.which("javac")
+    if javac is None:
+        raise BuildError(f"javac not found: --jni needs a JDK, e.g. `apt-get install {JDK_PACKAGES}`")
+    return Path(javac).resolve().parents[1]
+
+
+def build_java_api(build_dir: Path, progress: Callable[[str], None], jobs: int | None = None) -> JavaApi:
+    """The runner, and beside it the JNI library and the jar (CMake's DEPLOYC_JNI), in one build folder."""
+    home = java_home()
+    build_runner(build_dir, progress, jobs, cmake_args=("-DDEPLOYC_JNI=ON",),
+                 env={**os.environ, "JAVA_HOME": str(home)})
+    api = JavaApi(build_dir / "libdeployc_jni.so", build_dir / "deployc.jar")
+    for path in (api.library, api.jar):
+        if not path.is_file():
+            raise BuildError(f"the build finished but {path} is missing")
+    return api
 
 
 def executorch_prefix() -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.bundles import flip_weight_byte
 from helpers.projects import REPO, Built, run_subprocess
 
 from deployc.packaging.runtime_config import encode
@@ -228,6 +229,19 @@ def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None
         build_runner(tmp_path / "build", lambda _: None)
 
 
+def test_native_build_jni_says_what_it_needs(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from deployc.core.errors import BuildError
+    from deployc.targets.native_build import build_java_api
+
+    r = cli("native", "build", "--jni", "--arch", "aarch64")
+    assert r.code == 2 and "--jni builds for this host's JVM; it does not combine with --arch" in r.err
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match=r"javac not found: --jni needs a JDK, e.g. `apt-get install "
+                                         r"openjdk-17-jdk-headless junit4`"):
+        build_java_api(tmp_path / "build", lambda _: None)
+
+
 def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu: Built, tmp_path: Path) -> None:
     import os
 
@@ -249,28 +263,6 @@ def test_native_runs_qnn_programs_on_the_emulator_like_python(runner: Path, npu:
     native = np.load(tmp_path / "output_0.npy")
     expected = _python_bundle(bundle).call("conv_16a8w", [x])[0]
     assert np.array_equal(native, expected)  # the same emulator, the same bytes
-
-
-def _flip_weight_byte(bundle: Path, program: str) -> None:
-    """Flip the exponent byte of the program's last weight-like float and rewrite runtime.json,
-    runtime.bin and the lock to match: only the numbers can tell."""
-    from deployc.core.digests import bytes_sha256
-
-    pte = bundle / f"{program}.pte"
-    data = bytearray(pte.read_bytes())
-    floats = np.frombuffer(bytes(data[: len(data) // 4 * 4]), dtype="<f4")
-    last = max(i for i in range(len(floats)) if 1e-3 < abs(floats[i]) < 4.0)  # the data segments come last
-    data[last * 4 + 3] ^= 0x40  # high exponent bits: that weight becomes ~1e38 times larger
-    pte.write_bytes(bytes(data))
-    config = json.loads((bundle / "runtime.json").read_text())
-    next(p for p in config["programs"] if p["name"] == program)["sha256"] = bytes_sha256(bytes(data))
-    (bundle / "runtime.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    (bundle / "runtime.bin").write_bytes(encode(config))
-    lock = json.loads((bundle / "bundle.lock.json").read_text())
-    for name in ("runtime.json", "runtime.bin", pte.name):
-        raw = (bundle / name).read_bytes()
-        lock["files"][name] = {"sha256": bytes_sha256(raw), "size": len(raw)}
-    (bundle / "bundle.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
 
 
 def test_self_test_vectors_pass_on_the_host_and_natively_and_catch_a_flipped_weight(
@@ -299,7 +291,7 @@ def test_self_test_vectors_pass_on_the_host_and_natively_and_catch_a_flipped_wei
 
     copy = tmp_path / "flipped"
     shutil.copytree(bundle, copy)
-    _flip_weight_byte(copy, "mlp_fp32")
+    flip_weight_byte(copy, "mlp_fp32")
     host = run_subprocess("inspect", str(copy), "--self-test", "--json")
     assert host.code == 1 and "self-test failed for mlp_fp32" in host.err
     report = json.loads(host.out)
