@@ -275,8 +275,7 @@ def inspect(path: Path, json_out: JsonOpt = False,
         render_pte(console, pte)
         return
     with tempfile.TemporaryDirectory(prefix="deployc-inspect-") as scratch_dir:
-        scratch = tempfile.TemporaryDirectory(dir=scratch_dir)
-        folder = open_bundle(path, scratch)
+        folder = open_bundle(path, Path(scratch_dir))
         check = check_bundle(folder)
         # Reading programs imports torch and torchao, whose import-time notes belong in the log, not here.
         with captured(_library_log("inspect"), f"deployc inspect {path}"):
@@ -303,18 +302,26 @@ def inspect(path: Path, json_out: JsonOpt = False,
 
 
 @contextmanager
-def _checked_bundle(bundle: Path, refusal: str) -> Iterator[Path]:
-    """A bundle directory or archive opened (an archive unpacked into a scratch folder, removed after) and
-    checked against its lock: a bundle that differs is refused (`refusal` says what is not done)."""
+def _opened_bundle(bundle: Path) -> Iterator[Path]:
+    """A bundle directory, or an archive checked whole and unpacked into a scratch folder (removed after)."""
     import tempfile
 
-    from deployc.core.errors import BuildError
-    from deployc.packaging.inspection import check_bundle, open_bundle
+    from deployc.packaging.inspection import open_bundle
 
     if not bundle.exists():
         raise UserError.at(bundle, "no such file or directory")
     with tempfile.TemporaryDirectory(prefix="deployc-bundle-") as scratch_dir:
-        folder = open_bundle(bundle, tempfile.TemporaryDirectory(dir=scratch_dir))
+        yield open_bundle(bundle, Path(scratch_dir))
+
+
+@contextmanager
+def _checked_bundle(bundle: Path, refusal: str) -> Iterator[Path]:
+    """A bundle directory or archive opened (`_opened_bundle`) and checked against its lock: a bundle that
+    differs is refused (`refusal` says what is not done)."""
+    from deployc.core.errors import BuildError
+    from deployc.packaging.inspection import check_bundle
+
+    with _opened_bundle(bundle) as folder:
         check = check_bundle(folder)
         if not check.ok:
             raise BuildError(f"{bundle}: {len(check.problems)} mismatch(es) against bundle.lock.json; {refusal}")
@@ -422,8 +429,7 @@ def diff(a: Path, b: Path, json_out: JsonOpt = False) -> None:
         if not p.exists():
             raise UserError.at(p, "no such file or directory")
     with tempfile.TemporaryDirectory(prefix="deployc-diff-") as scratch_dir:
-        fa = open_bundle(a, tempfile.TemporaryDirectory(dir=scratch_dir))
-        fb = open_bundle(b, tempfile.TemporaryDirectory(dir=scratch_dir))
+        fa, fb = open_bundle(a, Path(scratch_dir)), open_bundle(b, Path(scratch_dir))
         result = diff_bundles(fa, fb)
     result["a"], result["b"] = str(a), str(b)
     if json_out:
@@ -450,21 +456,22 @@ def run(
     from deployc.runtime.pipeline_runner import Bundle, jsonable
 
     console = Console(json_mode=json_out, verbose=verbose)
-    if not (bundle / RUNTIME_JSON).is_file():
-        raise UserError.at(bundle, f"not a bundle directory (no {RUNTIME_JSON})")
     values = {}
     for item in inputs:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UserError.at(bundle, f"--input {item!r}: expected NAME=VALUE")
         values[name] = value
-    if arch is not None:
-        from deployc.targets.arm64_runner import run_pipeline
+    with _opened_bundle(bundle) as folder:
+        if not (folder / RUNTIME_JSON).is_file():
+            raise UserError.at(bundle, f"not a bundle directory (no {RUNTIME_JSON})")
+        if arch is not None:
+            from deployc.targets.arm64_runner import run_pipeline
 
-        result = run_pipeline(_arm64_runner(console), bundle, values, cpu or _bundle_cpu(bundle))
-    else:
-        with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
-            result = Bundle(bundle).run(values)
+            result = run_pipeline(_arm64_runner(console), folder, values, cpu or _bundle_cpu(folder))
+        else:
+            with captured(None if verbose else _library_log("run"), f"deployc run {bundle}"):
+                result = Bundle(folder).run(values)
     if json_out:
         console.document(jsonable(result))
         return
@@ -595,6 +602,25 @@ def _usage_lines(exc: Any) -> list[str]:
     return lines
 
 
+def _damaged_errors() -> tuple[type[BaseException], ...]:
+    import gzip
+    import zipfile
+    import zlib
+
+    return (EOFError, zlib.error, gzip.BadGzipFile, zipfile.BadZipFile)
+
+
+_DAMAGED = _damaged_errors()
+
+
+def _damaged(console: Console, exc: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+    console.error_lines([f"error: a file is truncated or damaged ({type(exc).__name__}: {exc or 'it ends early'})",
+                         "    hint: rerun with --debug to see which file was being read"])
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     # deployc's records are its own: no pydantic plugin observes them, and looking for plugins scans every
     # installed distribution's entry points (~30 ms a command). A user's own setting is kept.
@@ -625,9 +651,13 @@ def main(argv: list[str] | None = None) -> int:
     except click_exceptions.ClickException as exc:
         console.error_lines([f"error: {exc.format_message()}"])
         return exc.exit_code
-    except (KeyboardInterrupt, typer.Abort):
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        if isinstance(exc.__cause__, EOFError):  # click reports a file's early end as an Abort, as it does Ctrl-C
+            return _damaged(console, exc.__cause__, debug)
         console.error_lines(["interrupted"])
         return 130
+    except _DAMAGED as exc:  # a reader that did not name its file (those that do raise UserError)
+        return _damaged(console, exc, debug)
     except Exception as exc:  # the boundary: a bug must still exit cleanly with code 3
         if debug:
             traceback.print_exc()

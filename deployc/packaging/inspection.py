@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tarfile
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from deployc.core.digests import file_sha256
@@ -13,6 +13,7 @@ from deployc.core.errors import UserError
 from deployc.core.layout import LOCK_FILE, RUNTIME_BIN, RUNTIME_JSON
 from deployc.core.pte import data_bytes, method_facts, read_program
 from deployc.core.records import Frozen
+from deployc.packaging.archive import read_archive
 from deployc.packaging.program_bytes import byte_kinds
 from deployc.packaging.runtime_config import ConfigError, decode, normalize
 
@@ -24,16 +25,6 @@ class BundleCheck(Frozen):
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def unsafe_members(tar: tarfile.TarFile) -> list[str]:
-    """Members an extraction must refuse: absolute paths, '..', links, devices."""
-    bad = []
-    for m in tar.getmembers():
-        parts = PurePosixPath(m.name).parts
-        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-            bad.append(m.name)
-    return bad
 
 
 def check_bundle(folder: Path) -> BundleCheck:
@@ -124,19 +115,13 @@ def describe_pte(path: Path) -> dict[str, Any]:
             "bytes_by_kind": byte_kinds(program, data).model_dump()}
 
 
-def open_bundle(path: Path, scratch: tempfile.TemporaryDirectory[str]) -> Path:
-    """A bundle directory for `path`: the directory itself, or an archive safely extracted."""
+def open_bundle(path: Path, scratch: Path) -> Path:
+    """A bundle directory for `path`: the directory itself, or an archive checked whole and extracted into a
+    new folder under `scratch` (the caller's to remove)."""
     if path.is_dir():
         return path
-    if not tarfile.is_tarfile(path):
-        raise UserError.at(path, "not a bundle directory, a bundle archive or a .pte file")
-    with tarfile.open(path) as tar:
-        bad = unsafe_members(tar)
-        if bad:
-            raise UserError.at(path, f"archive has unsafe members (absolute, '..', links or devices): "
-                                     f"{', '.join(bad[:5])}")
-        tar.extractall(scratch.name, filter="data")
-    tops = [p for p in Path(scratch.name).iterdir() if p.is_dir()]
-    if len(tops) != 1:
-        raise UserError.at(path, "archive must hold exactly one bundle directory")
-    return tops[0]
+    with path.open("rb") as f:
+        head = f.read(512)
+    if not (head.startswith(b"\x1f\x8b") or tarfile.is_tarfile(path)):
+        raise UserError.at(path, "not a bundle directory, a bundle archive (.tar.gz) or a .pte file")
+    return read_archive(path, Path(tempfile.mkdtemp(dir=scratch)))

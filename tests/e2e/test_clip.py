@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.jvm import run_junit
 from helpers.projects import REPO, build_json
 from PIL import Image
+
+from deployc.targets.native_build import JavaApi
 
 IMAGES = REPO / "manifests" / "clip" / "images"
 
@@ -111,6 +114,16 @@ def test_native_runner_gives_the_same_answers(runner: Path, cli, clip: Path) -> 
         want = prepare_image((IMAGES / image).read_bytes(), steps["steps"])
         assert pixels["shape"] == [1, 3, 224, 224]
         assert np.abs(np.asarray(pixels["data"], dtype=np.float32) - want.reshape(-1)).max() <= 1e-5
+
+
+@pytest.mark.slow
+def test_the_java_api_takes_an_image_as_bytes_or_pixels(java_api: JavaApi, cli, clip: Path,  # type: ignore[no-untyped-def]
+                                                        tmp_path: Path) -> None:
+    bundle, image = clip / "arduino_q", IMAGES / "green_square.png"
+    (tmp_path / "expected.json").write_text(json.dumps(_run(cli, bundle, f"image={image}")["outputs"]["similar_images"]))
+    proc = run_junit(java_api, tmp_path, ["dev.deployc.MediaTest"], {
+        "deployc.clip": str(bundle), "deployc.image": str(image), "deployc.expected": str(tmp_path / "expected.json")})
+    assert proc.returncode == 0 and "OK (2 tests)" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
 
 
 @pytest.mark.slow
@@ -260,7 +273,7 @@ pipeline:
 
 
 @pytest.mark.slow
-def test_audio_pipeline_end_to_end(cli, project: Path, runner: Path) -> None:  # type: ignore[no-untyped-def]
+def test_audio_pipeline_end_to_end(cli, project: Path, runner: Path, java_api: JavaApi) -> None:  # type: ignore[no-untyped-def]
     """A WAV file through decode, resample, log-mel and a model, in deployc run and natively."""
     from helpers.sounds import CLIPS
 
@@ -281,6 +294,18 @@ def test_audio_pipeline_end_to_end(cli, project: Path, runner: Path) -> None:  #
     assert native["same"]["data"] == pytest.approx(host["same"], abs=1e-5)
     same = _run(cli, bundle, "clip=pcm24_22k.wav", "other=pcm24_22k.wav")["outputs"]["same"]
     assert same[0] == pytest.approx(1.0, abs=1e-5)  # one clip twice: identical unit embeddings
+    # The Java API: the same clip as samples (Inputs.audio(float[], rate)) and as the file's bytes.
+    from deployc.pipeline.host.sounds import decode_wav
+
+    samples, rate = decode_wav(CLIPS["pcm24_22k.wav"])
+    assert rate == 22050
+    (project / "samples.f32").write_bytes(samples.astype("<f4").tobytes())
+    alone = _run(cli, bundle, "clip=pcm24_22k.wav", "other=pcm24_22k.wav")["outputs"]["features"]
+    (project / "features.json").write_text(json.dumps(np.asarray(alone).reshape(-1).tolist()))
+    proc = run_junit(java_api, project, ["dev.deployc.MediaTest"], {
+        "deployc.audio": str(bundle), "deployc.wav": str(project / "pcm24_22k.wav"),
+        "deployc.samples": str(project / "samples.f32"), "deployc.features": str(project / "features.json")})
+    assert proc.returncode == 0 and "OK (2 tests)" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
     (project / "noise.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEfmt \x02\x00\x00\x00")
     r = cli("run", str(bundle), "--input", "clip=noise.wav")
     assert r.code == 2 and "stage mel (audio): WAV fmt chunk is too short" in r.err, r.err

@@ -103,7 +103,7 @@ def test_inspect_refuses_unsafe_archive(tmp_path: Path, cli) -> None:
         tar.addfile(info, io.BytesIO(b"hi"))
     r = cli("inspect", str(evil))
     assert r.code == 2
-    assert "archive has unsafe members (absolute, '..', links or devices): ../outside.txt" in r.err
+    assert "archive has unsafe members (absolute, '..', links, devices or sparse files): ../outside.txt" in r.err
     assert not (tmp_path.parent / "outside.txt").exists()
 
 
