@@ -135,7 +135,7 @@ class Cache:
                     raise ValueError(f"{name} is missing")
                 if f.stat().st_size != info["size"] or file_sha256(f) != info["sha256"]:
                     raise ValueError(f"{name} does not match its sha256")
-        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             self._discard(key)
             return None, f"cache entry {key[:12]} is corrupt ({exc}); rebuilding"
         return Entry(key, d, files), None

@@ -279,7 +279,14 @@ def inspect(path: Path, json_out: JsonOpt = False,
         check = check_bundle(folder)
         # Reading programs imports torch and torchao, whose import-time notes belong in the log, not here.
         with captured(_library_log("inspect"), f"deployc inspect {path}"):
-            info: dict[str, Any] = describe_bundle(folder) if check.lock_readable else {}
+            info: dict[str, Any] = {}
+            if check.lock_readable:
+                try:
+                    info = describe_bundle(folder)
+                except (ValueError, KeyError, TypeError, AttributeError, OSError):
+                    if check.ok:  # a file the lock vouches for that cannot be read: not a damaged bundle, a bug
+                        raise
+                    # a damaged runtime.json or lock: the problems below name it; nothing to describe
             info.update({"path": str(path), "verified": check.ok, "problems": check.problems})
             if self_test and check.ok:  # vectors are only trusted from a bundle that matches its lock
                 from deployc.runtime.self_test import run_self_test, run_self_test_arm64

@@ -5,7 +5,10 @@ anything is built."""
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
+from typing import Any
 
 from deployc.load.manifest import TASK_MEASURES
 from deployc.plan.build_plan import DimPlan, InputPlan
@@ -32,12 +35,15 @@ def check(path: Path, inputs: list[InputPlan], dims: list[DimPlan], measure: str
     if not path.is_file():
         return 0, "no such file next to the manifest"
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        return 0, f"not an .npz file numpy can read ({exc})"
+        return _check(np.load(path, allow_pickle=False), inputs, by_name, measure)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # a cut or damaged file
+        return 0, f"not an .npz file numpy can read, or truncated or damaged ({type(exc).__name__}: {exc})"
+
+
+def _check(archive: Any, inputs: list[InputPlan], by_name: dict[str, DimPlan], measure: str) -> tuple[int, str | None]:
+    if not hasattr(archive, "files"):
+        return 0, "holds one array; an .npz file with one array per input is needed"
     with archive:
-        if not hasattr(archive, "files"):
-            return 0, "holds one array; an .npz file with one array per input is needed"
         names = [i.name for i in inputs]
         missing = [n for n in names if n not in archive.files]
         if missing:
