@@ -5,11 +5,16 @@ verified through the real path with its own tokenizer; the real SmolLM2 file pla
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from helpers.bundles import flip_weight_byte
 from helpers.gguf_files import tensors, write_gguf
+from helpers.jvm import bundle_test, expected_answers, passed_cleanly
 from helpers.projects import Built, build_json, make_project, run_subprocess
+
+from deployc.targets.native_build import JavaApi
 
 MANIFEST = """\
 apiVersion: deployc/v1
@@ -90,6 +95,20 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
     ran, ran_natively = json.loads(python.out), json.loads(native.stdout)
     assert ran["generation"]["prompt_tokens"] == ran_natively["generation"]["prompt_tokens"] == 56
     assert ran["outputs"]["answer"] == ran_natively["outputs"]["answer"]
+
+
+@pytest.mark.slow
+def test_the_java_api_streams_cancels_and_fails_cleanly(built: Built, java_api: JavaApi, runner: Path, suite: Built,
+                                                         tmp_path: Path) -> None:
+    """tests/jvm's BundleTest on this decoder's bundle in a JVM: deployc run's answers (checked equal to
+    deployc-runner's), streamed piece by piece, cancelled three ways, the exceptions, 200 opens and closes."""
+    bundle = built.out / "gguf" / "0.1.0" / "arduino_q"
+    expected = expected_answers(runner, bundle, "question", ["hello bees", "how do bees find flowers", "hello"])
+    flipped = tmp_path / "flipped"
+    shutil.copytree(suite.bundle("arduino_q"), flipped)
+    flip_weight_byte(flipped, "mlp_fp32")
+    proc = bundle_test(java_api, tmp_path, bundle, "gguf", "question", expected, flipped)
+    assert passed_cleanly(proc, 9) < 4 * 1024
 
 
 @pytest.mark.slow

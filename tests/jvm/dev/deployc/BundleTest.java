@@ -13,14 +13,15 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.atomic.AtomicReference;
 import org.junit.Test;
 
 /**
- * The Java API on the RAG bundle, in a JVM (tests/runtime/test_jni.py runs it). System properties:
- * deployc.bundle (the arduino_q bundle), deployc.expected (JSON: per question, deployc run's answer and
- * sources), deployc.corrupt (a copy with a flipped byte in runtime.bin), deployc.flipped (a bundle whose
- * lock matches but one program's weight is flipped: only its self-test can tell).
+ * The Java API on a bundle with a text input and a generated answer, in a JVM: the RAG bundle
+ * (tests/runtime/test_jni.py) and a GGUF decoder's (tests/e2e/test_gguf_models.py). System properties:
+ * deployc.bundle (an arduino_q bundle), deployc.name, deployc.input (its text input), deployc.expected (JSON:
+ * per question, deployc run's answer, token count and, for a RAG bundle, sources), deployc.corrupt (a copy
+ * with a flipped byte in runtime.bin), deployc.flipped (a bundle whose lock matches but one program's weight
+ * is flipped: only its self-test can tell).
  */
 public class BundleTest {
     private static String property(String name) {
@@ -35,34 +36,46 @@ public class BundleTest {
         return (List<Map<String, Object>>) Json.parse(text);
     }
 
+    private static Inputs ask(String question) {
+        return new Inputs().text(property("deployc.input"), question);
+    }
+
+    /** A question whose answer has at least 3 tokens (the cancellation tests stop it early). */
+    private static Map<String, Object> longAnswer() throws Exception {
+        for (Map<String, Object> q : expected()) {
+            if (((Number) q.get("tokens")).longValue() >= 3) {
+                return q;
+            }
+        }
+        throw new AssertionError("no expected answer of 3 tokens or more");
+    }
+
     @Test
     public void describesTheBundle() throws Exception {
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
-            assertEquals("rag-offline", b.name());
-            assertEquals("1.0.0", b.version());
+            assertEquals(property("deployc.name"), b.name());
             assertEquals("arduino_q", b.target());
             assertEquals(1, b.inputs().size());
-            assertEquals("query", b.inputs().get(0).name);
+            assertEquals(property("deployc.input"), b.inputs().get(0).name);
             assertEquals("text", b.inputs().get(0).type);
-            assertTrue(b.outputs().contains("answer") && b.outputs().contains("sources"));
-            List<String> names = new ArrayList<>();
+            assertTrue(b.outputs().contains("answer"));
+            assertFalse(b.programs().isEmpty());
             for (Bundle.Program p : b.programs()) {
-                names.add(p.name);
                 assertEquals("passed", p.verification);
                 assertTrue(p.sizeBytes > 0 && p.methods.contains("forward"));
             }
-            assertEquals(List.of("embedder", "llm"), names);
             assertEquals(4, b.threads());  // the arduino_q profile's
         }
     }
 
     @Test
-    public void answersAndSourcesAreDeploycRunsAndStreamTokenByToken() throws Exception {
+    @SuppressWarnings("unchecked")
+    public void answersAreDeploycRunsAndStreamTokenByToken() throws Exception {
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
             for (Map<String, Object> q : expected()) {
                 StringBuilder streamed = new StringBuilder();
                 List<String> pieces = new ArrayList<>();
-                Result r = b.run(new Inputs().text("query", (String) q.get("question")), piece -> {
+                Result r = b.run(ask((String) q.get("question")), piece -> {
                     pieces.add(piece);
                     streamed.append(piece);
                     return true;
@@ -70,28 +83,31 @@ public class BundleTest {
                 String answer = r.text("answer");
                 assertEquals(q.get("answer"), answer);
                 assertEquals(answer, streamed.toString());
-                assertTrue(pieces.size() > 1);
-                List<Object> ids = new ArrayList<>();
-                for (Chunk c : r.chunks("sources")) {
-                    ids.add(c.id);
-                }
-                assertEquals(q.get("source_ids"), ids);
-                assertEquals(q.get("first_source"), r.chunks("sources").get(0).source);
-                assertFalse(r.cancelled());
                 assertEquals(((Number) q.get("tokens")).longValue(), ((Number) r.generation().get("tokens")).longValue());
+                assertFalse(r.cancelled());
+                if (q.containsKey("source_ids")) {  // a RAG bundle: the same passages
+                    List<Object> ids = new ArrayList<>();
+                    for (Chunk c : r.chunks("sources")) {
+                        ids.add(c.id);
+                    }
+                    assertEquals(q.get("source_ids"), ids);
+                    assertEquals(q.get("first_source"), r.chunks("sources").get(0).source);
+                    assertTrue(pieces.size() > 1);
+                }
                 // Without a listener: the same answer.
-                assertEquals(answer, b.run(new Inputs().text("query", (String) q.get("question"))).text("answer"));
+                assertEquals(answer, b.run(ask((String) q.get("question"))).text("answer"));
             }
         }
     }
 
     @Test
     public void aListenerCancelsAndTheAnswerIsTheTextSoFar() throws Exception {
-        String question = (String) expected().get(0).get("question");
+        Map<String, Object> q = longAnswer();
+        String question = (String) q.get("question");
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
             StringBuilder streamed = new StringBuilder();
             int[] calls = {0};
-            Result r = b.run(new Inputs().text("query", question), piece -> {
+            Result r = b.run(ask(question), piece -> {
                 streamed.append(piece);
                 return ++calls[0] < 3;
             });
@@ -101,7 +117,7 @@ public class BundleTest {
             assertEquals(streamed.toString(), r.text("answer"));
             // cancel() from the callback, as a stop button's handler would call it
             calls[0] = 0;
-            r = b.run(new Inputs().text("query", question), piece -> {
+            r = b.run(ask(question), piece -> {
                 if (++calls[0] == 2) {
                     b.cancel();
                 }
@@ -110,13 +126,13 @@ public class BundleTest {
             assertTrue(r.cancelled());
             assertEquals(2, calls[0]);
             // and the next run is whole again
-            assertEquals(expected().get(0).get("answer"), b.run(new Inputs().text("query", question)).text("answer"));
+            assertEquals(q.get("answer"), b.run(ask(question)).text("answer"));
         }
     }
 
     @Test
     public void cancelFromAnotherThread() throws Exception {
-        String question = (String) expected().get(0).get("question");
+        String question = (String) longAnswer().get("question");
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
             Object gate = new Object();
             boolean[] cancelled = {false};
@@ -134,7 +150,7 @@ public class BundleTest {
             });
             stopper.start();
             int[] calls = {0};
-            Result r = b.run(new Inputs().text("query", question), piece -> {
+            Result r = b.run(ask(question), piece -> {
                 if (++calls[0] == 1) {
                     synchronized (gate) {
                         cancelled[0] = true;
@@ -155,18 +171,19 @@ public class BundleTest {
 
     @Test
     public void aListenersExceptionComesOutOfRunAndTheBundleStaysUsable() throws Exception {
-        String question = (String) expected().get(0).get("question");
+        Map<String, Object> q = longAnswer();
+        String question = (String) q.get("question");
         RuntimeException boom = new IllegalStateException("the UI is gone");
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
             try {
-                b.run(new Inputs().text("query", question), piece -> {
+                b.run(ask(question), piece -> {
                     throw boom;
                 });
                 fail("the listener's exception was lost");
             } catch (IllegalStateException e) {
                 assertSame(boom, e);
             }
-            assertEquals(expected().get(0).get("answer"), b.run(new Inputs().text("query", question)).text("answer"));
+            assertEquals(q.get("answer"), b.run(ask(question)).text("answer"));
         }
     }
 
@@ -196,13 +213,14 @@ public class BundleTest {
         assertTrue(e.getMessage(), e.getMessage().contains("runtime.bin"));
 
         try (Bundle b = Bundle.open(property("deployc.bundle"))) {
-            e = failure(() -> b.run(new Inputs().image("query", new int[] {0xFF0000}, 1, 1)));
+            String input = property("deployc.input");
+            e = failure(() -> b.run(new Inputs().image(input, new int[] {0xFF0000}, 1, 1)));
             assertEquals(2, e.exitCode());
-            assertEquals("input query is text; given an image", e.getMessage());
-            e = failure(() -> b.run(new Inputs().text("question", "x")));
+            assertEquals("input " + input + " is text; given an image", e.getMessage());
+            e = failure(() -> b.run(new Inputs().text("no_such_input", "x")));
             assertEquals(2, e.exitCode());
-            assertTrue(e.getMessage(), e.getMessage().contains("unknown pipeline input question"));
-            e = failure(() -> b.run(new Inputs().text("query", "caf\u00e9"), null, "no_such_stage"));
+            assertTrue(e.getMessage(), e.getMessage().contains("unknown pipeline input no_such_input"));
+            e = failure(() -> b.run(ask("caf\u00e9"), null, "no_such_stage"));
             assertEquals(2, e.exitCode());
             assertTrue(e.getMessage(), e.getMessage().contains("no_such_stage"));
             // a question far past the context: cut to fit, as deployc run cuts it
@@ -210,8 +228,8 @@ public class BundleTest {
             for (int i = 0; i < 400; i++) {
                 longer.append("bees ");
             }
-            assertFalse(b.run(new Inputs().text("query", longer + "How do honeybees find flowers?")).text("answer")
-                    .isEmpty());
+            Result r = b.run(ask(longer + "How do honeybees find flowers?"));
+            assertTrue(((Number) r.generation().get("prompt_tokens")).longValue() > 0);
         }
     }
 
@@ -243,7 +261,7 @@ public class BundleTest {
         b.close();
         b.cancel();  // nothing to cancel: no error
         try {
-            b.run(new Inputs().text("query", "x"));
+            b.run(ask("x"));
             fail("a closed bundle ran");
         } catch (IllegalStateException e) {
             assertTrue(e.getMessage(), e.getMessage().contains("closed"));
@@ -262,25 +280,20 @@ public class BundleTest {
     @Test
     public void openingAndClosing200TimesLeaksNothing() throws Exception {
         String question = (String) expected().get(0).get("question");
-        AtomicReference<String> first = new AtomicReference<>();
         long warm = 0;
-        for (int i = 0; i < 220; i++) {
-            if (i == 20) {  // allocators and the JIT settled
+        for (int i = 0; i < 400; i++) {
+            if (i == 200) {  // the allocators' and the JIT's own growth is over by then (measured: flat after ~200)
                 System.gc();
                 warm = residentKb();
             }
             try (Bundle b = Bundle.open(property("deployc.bundle"), Bundle.Check.SIZES)) {
-                // every program loaded (the pipeline opens them all), one through the retrieval
-                Result r = b.run(new Inputs().text("query", question), null, "retrieve");
-                String source = ((Map<?, ?>) ((List<?>) ((Map<?, ?>) r.stages().get("retrieve")).get("chunks")).get(0))
-                        .get("source").toString();
-                first.compareAndSet(null, source);
-                assertEquals(first.get(), source);
+                // every program loaded (the pipeline opens them all) and run once: the prompt's prefill
+                b.run(ask(question), piece -> false);
             }
         }
         System.gc();
         long grown = residentKb() - warm;
-        System.out.println("rss growth over 200 open/close cycles: " + grown + " kB");
-        assertTrue("resident memory grew by " + grown + " kB over 200 cycles", grown < 16 * 1024);
+        System.out.println("rss growth over 200 open/close cycles: " + grown + " kB");  // after 200 to warm up
+        assertTrue("resident memory grew by " + grown + " kB over 200 cycles", grown < 4 * 1024);
     }
 }
