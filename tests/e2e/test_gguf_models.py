@@ -108,7 +108,7 @@ def test_the_java_api_streams_cancels_and_fails_cleanly(built: Built, java_api: 
     shutil.copytree(suite.bundle("arduino_q"), flipped)
     flip_weight_byte(flipped, "mlp_fp32")
     proc = bundle_test(java_api, tmp_path, bundle, "gguf", "question", expected, flipped)
-    assert passed_cleanly(proc, 9) < 4 * 1024
+    assert passed_cleanly(proc, 9) < 2 * 1024
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def test_the_java_api_answers_like_deployc_run_and_fails_cleanly(java_api: JavaA
     shutil.copytree(suite.bundle("arduino_q"), flipped)
     flip_weight_byte(flipped, "mlp_fp32")
     proc = bundle_test(java_api, tmp_path, bundle, "rag-offline", "query", expected, flipped)
-    assert passed_cleanly(proc, 9) < 4 * 1024
+    assert passed_cleanly(proc, 9) < 2 * 1024
 
 
 def test_pixels_and_samples_reach_the_runtime_as_lossless_files(java_api: JavaApi, tmp_path: Path) -> None:
