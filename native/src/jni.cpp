@@ -119,14 +119,15 @@ json describe(const deployc::RuntimeConfig& c) {
           {"programs", programs}, {"stages", stages}};
 }
 
+std::string a(const std::string& kind) { return kind == "image" ? "an image" : kind; }  // text, audio
+
 // The inputs' kinds (what the app handed over: text, image or audio) against what the pipeline declares.
 Failure check_kinds(const deployc::RuntimeConfig& c, const std::vector<std::pair<std::string, std::string>>& kinds) {
   for (const auto& [name, kind] : kinds) {
     for (size_t i = 0; i < c.pipeline_inputs.size(); ++i) {
       const std::string& declared = c.pipeline_input_types.at(i);
       if (c.pipeline_inputs[i] == name && declared != kind)
-        return {2, "input " + name + " is " + (declared == "text" ? "text" : "an " + declared) + "; given " +
-                       (kind == "text" ? "text" : "an " + kind)};
+        return {2, "input " + name + " is " + a(declared) + "; given " + a(kind)};
     }
   }
   return {};
