@@ -652,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except SystemExit as exc:  # rich on a closed pipe (`deployc --help | head`)
         return exc.code if isinstance(exc.code, int) else 1
+    except _DAMAGED as exc:  # a reader that did not name its file (those that do raise UserError); before OSError:
+        return _damaged(console, exc, debug)  # gzip's BadGzipFile is one
     except OSError as exc:  # the user's environment (a full disk, permissions, a path), not a bug
         console.error_lines(_os_error_lines(exc))
         return 2 if exc.errno in _INPUT_ERRNOS else 1
@@ -663,8 +665,6 @@ def main(argv: list[str] | None = None) -> int:
             return _damaged(console, exc.__cause__, debug)
         console.error_lines(["interrupted"])
         return 130
-    except _DAMAGED as exc:  # a reader that did not name its file (those that do raise UserError)
-        return _damaged(console, exc, debug)
     except Exception as exc:  # the boundary: a bug must still exit cleanly with code 3
         if debug:
             traceback.print_exc()
