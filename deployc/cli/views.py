@@ -541,6 +541,8 @@ def render_run(console: Console, result: dict[str, Any]) -> None:
         console.result(f"generation: first token {g['first_token_ms']:.1f} ms after the stage began "
                        f"({g['prompt_tokens']} prompt tokens), then {g['per_token_ms']:.2f} ms per token, "
                        f"{g['tokens']} tokens")
+        console.result(f"  prefill {g['prefill_tokens_per_s']:.1f} tok/s ({g['prefill_ms']:.1f} ms); "
+                       f"decode {g['decode_tokens_per_s']:.1f} tok/s")
 
 
 def render_profiles(console: Console, found: dict[str, tuple[Path, Origin]]) -> None:

@@ -241,7 +241,9 @@ class ByteEmbedding(nn.Module):
         codes = nn.functional.embedding(ids, self.codes).float()
         scales = nn.functional.embedding(ids, self.scales)
         shape = codes.shape
-        return (codes.reshape(*shape[:-1], -1, BLOCK) * scales[..., None]).reshape(shape)
+        # Views with -1 for the ids' length (a symbolic size keeps XNNPACK from taking the view).
+        blocks = codes.view(-1, shape[-1] // BLOCK, BLOCK) * scales.view(-1, shape[-1] // BLOCK, 1)
+        return blocks.view(*shape[:-2], -1, shape[-1])
 
 
 class PooledRMSNorm(nn.Module):

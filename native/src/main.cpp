@@ -278,6 +278,10 @@ int main(int argc, char** argv) {
     if (!p) return report(f);
     nlohmann::json result;
     if (Failure pf = p->run(texts, sets, result)) return report(pf);
+    if (const auto& g = result["generation"]; stream && g.contains("decode_tokens_per_s"))
+      std::fprintf(stderr, "\n[prefill %lld tokens at %.1f tok/s; decode %lld tokens at %.1f tok/s]\n",
+                   g["prompt_tokens"].get<long long>(), g["prefill_tokens_per_s"].get<double>(),
+                   g["tokens"].get<long long>(), g["decode_tokens_per_s"].get<double>());
     result["threads"] = bundle->threads();
     std::cout << result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;

@@ -219,7 +219,9 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
     std::iota(pos.begin(), pos.end(), first_pos);
     return bundle.run(stage.program, stage.method, {int64_row(tokens), int64_row(pos, true)}, outputs);
   };
+  const auto prefill_start = std::chrono::steady_clock::now();
   if (Failure f = step(ids, 0)) return f;
+  const double prefill_ms = since(prefill_start);
   std::vector<int64_t> generated;
   std::string streamed;
   int64_t pos = static_cast<int64_t>(ids.size());
@@ -246,8 +248,11 @@ Failure generate(Bundle& bundle, const StageSpec& stage, const json& params, con
     decode_ms += since(t);
     ++pos;
   }
+  const double per_token_ms = generated.size() > 1 ? decode_ms / static_cast<double>(generated.size() - 1) : 0.0;
   stats = {{"prompt_tokens", prompt_tokens}, {"tokens", generated.size()}, {"first_token_ms", first_token_ms},
-           {"per_token_ms", generated.size() > 1 ? decode_ms / static_cast<double>(generated.size() - 1) : 0.0}};
+           {"per_token_ms", per_token_ms}, {"prefill_ms", prefill_ms},
+           {"prefill_tokens_per_s", prefill_ms > 0 ? 1000.0 * static_cast<double>(prompt_tokens) / prefill_ms : 0.0},
+           {"decode_tokens_per_s", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0}};
   if (cancelled) stats["cancelled"] = true;
   std::string text = tk.decode(generated);
   for (const auto& s : stops) text = text.substr(0, text.find(s));

@@ -95,6 +95,18 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
     ran, ran_natively = json.loads(python.out), json.loads(native.stdout)
     assert ran["generation"]["prompt_tokens"] == ran_natively["generation"]["prompt_tokens"] == 56
     assert ran["outputs"]["answer"] == ran_natively["outputs"]["answer"]
+    for g in ran["generation"], ran_natively["generation"]:  # the speeds both report, from their own timings
+        assert g["prefill_ms"] > 0 and g["prefill_tokens_per_s"] == pytest.approx(56_000 / g["prefill_ms"], rel=1e-3)
+        assert g["per_token_ms"] > 0 and g["decode_tokens_per_s"] == pytest.approx(1000 / g["per_token_ms"], rel=1e-3)
+        assert g["first_token_ms"] >= g["prefill_ms"]
+
+    # --stream prints the text as it is decoded, then the speeds.
+    streamed = subprocess.run([str(runner), str(bundle), "--pipeline", "--text", "question=hello bees", "--stream"],
+                              capture_output=True, text=True, timeout=300)
+    g = json.loads(streamed.stdout)["generation"]
+    assert json.loads(streamed.stdout)["outputs"]["answer"] + "\n[prefill " in streamed.stderr
+    assert (f"[prefill {g['prompt_tokens']} tokens at {g['prefill_tokens_per_s']:.1f} tok/s; "
+            f"decode {g['tokens']} tokens at {g['decode_tokens_per_s']:.1f} tok/s]\n") in streamed.stderr
 
 
 @pytest.mark.slow

@@ -107,10 +107,14 @@ class GenerateOp(OpBase):
                              tk.encode(suffix, add_special_tokens=False).ids if suffix else [])
         stops = params.get("stop", [])
         calls: list[float] = []  # when each decoder call began: the second one follows the first token
+        prefill: list[float] = []  # the first call's seconds
 
         def step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
             calls.append(time.perf_counter())
-            return host.call(stage["program"], [tokens, positions])[0]
+            logits = host.call(stage["program"], [tokens, positions])[0]
+            if len(calls) == 1:
+                prefill.append(time.perf_counter() - calls[0])
+            return logits
 
         def stopped(out: list[int]) -> bool:
             text = tk.decode(out)
@@ -123,8 +127,11 @@ class GenerateOp(OpBase):
         first = (calls[1] if len(calls) > 1 else end) - start
         room = prompt_room(params["max_new_tokens"], params["max_seq_len"])
         per_token = (end - calls[1]) * 1000 / (len(calls) - 1) if len(calls) > 1 else 0.0
-        host.note({"prompt_tokens": min(len(ids), room), "tokens": len(new), "first_token_ms": round(first * 1000, 3),
-                   "per_token_ms": round(per_token, 3)})
+        prompt_tokens, prefill_ms = min(len(ids), room), prefill[0] * 1000
+        host.note({"prompt_tokens": prompt_tokens, "tokens": len(new), "first_token_ms": round(first * 1000, 3),
+                   "per_token_ms": round(per_token, 3), "prefill_ms": round(prefill_ms, 3),
+                   "prefill_tokens_per_s": round(1000 * prompt_tokens / prefill_ms, 1) if prefill_ms > 0 else 0.0,
+                   "decode_tokens_per_s": round(1000 / per_token, 1) if per_token > 0 else 0.0})
         text = tk.decode(new)
         for s in stops:
             text = text.split(s)[0]

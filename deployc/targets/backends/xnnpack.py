@@ -246,6 +246,11 @@ def _weight_bytes(blob: bytes) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Xnnpack(BackendBase):
+    def executorch_config(self) -> dict[str, Any]:
+        # A decoder's KV-cache write (index_put on a mutable buffer) in place: otherwise every call copies
+        # each cache whole and copies it back (SmolLM2: 8.1 ms of a 44 ms decode step on portable kernels).
+        return {"run_reinplace_pass": True}
+
     def weight_bytes(self, payload: bytes) -> tuple[int, int, int]:
         return _weight_bytes(payload)
 

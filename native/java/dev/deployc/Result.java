@@ -81,7 +81,8 @@ public final class Result {
         return (Map<String, Object>) root.get("stages");
     }
 
-    /** A generate stage's figures: prompt_tokens, tokens, first_token_ms, per_token_ms (and cancelled). */
+    /** A generate stage's figures: prompt_tokens, tokens, first_token_ms, per_token_ms, prefill_ms,
+     *  prefill_tokens_per_s, decode_tokens_per_s (and cancelled). */
     @SuppressWarnings("unchecked")
     public Map<String, Object> generation() {
         return (Map<String, Object>) root.get("generation");
