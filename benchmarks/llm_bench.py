@@ -1,24 +1,32 @@
-"""SmolLM2-135M-Instruct as deployc's program and as llama.cpp runs its GGUF file, side by side in one run:
-taking turns (deployc, llama.cpp, deployc, ...), same host, same thread counts. Host figures (x86, this
-machine's cores), not a device's.
+"""SmolLM2-135M-Instruct as deployc's program, as llama.cpp runs its GGUF file and as ExecuTorch's own LLM
+export of the same weights, side by side in one run: taking turns (deployc, llama.cpp, export_llm, deployc,
+...), same host, same thread counts. Host figures (x86, this machine's cores), not a device's.
 
     make install-bench        # llama-cpp-python (a benchmark-only extra, built from PyPI by pip)
     .venv/bin/deployc build manifests/smollm2.yaml --no-emulate
-    .venv/bin/python benchmarks/llm_bench.py [--program PATH.pte] [--rounds 2]
+    .venv/bin/python benchmarks/export_llm_peer.py     # ExecuTorch's export_llm program (~20 min)
+    .venv/bin/python benchmarks/llm_bench.py [--bundle DIR] [--export-llm PATH.pte] [--rounds 2]
 
-Without `--program` the program is the one `deployc build manifests/smollm2.yaml` wrote into dist/.
-Per engine and thread count (1 and 2): load time; prefill of 128 tokens (tokens per second, one call);
-decode at position ~128 and ~480 (median of 16 single-token calls, tokens per second); the file's size.
-Both engines see the same token ids. deployc's program runs through ExecuTorch's runtime (the
-pybindings `deployc run` uses), llama.cpp through llama-cpp-python's bindings.
+Without `--bundle` the bundle is the one `deployc build manifests/smollm2.yaml` wrote into dist/. Engines:
+deployc's program through ExecuTorch's Python runtime (what `deployc run` uses) and through the native
+runner (`deployc-runner --program`, built by `deployc native build`), llama.cpp through llama-cpp-python,
+export_llm's program through ExecuTorch's Python runtime. Each measurement is its own process (a cold load,
+its own peak resident memory). Per engine and thread count (1 and 2): load time; prefill of 128 tokens
+(tokens per second, one call; it is also the time to the first token of a 128-token prompt); decode at
+position ~128 and ~480 (median of 16 single-token calls); peak RSS; the file's size; and the share of this
+host's memory bandwidth its decode reaches (a decode step reads every weight once: the file's bytes per
+token, over the bandwidth of a one-thread read of 512 MB).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import json
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +42,9 @@ PREFILL = 128
 DECODE_AT = (128, 480)
 DECODE_CALLS = 16
 BUNDLE = REPO / "dist" / "smollm2" / "1.0.0" / "arduino_q"
+EXPORT_LLM = REPO / "dist" / "export_llm" / "smollm2_export_llm.pte"
+RUNNER = REPO / "native" / "build" / "deployc-runner"
+KEYS = ["load_s", "prefill_tok_s", *(f"decode@{at}_tok_s" for at in DECODE_AT), "peak_rss_mb"]
 
 Step = Callable[[list[int], int], None]  # tokens, first position
 
@@ -45,20 +56,28 @@ def gguf_path() -> Path:
     return found
 
 
-def deployc_engine(program: Path, threads: int) -> tuple[float, Step]:
+def token_ids() -> list[int]:
+    return [int(i) for i in np.random.default_rng(0).integers(100, 40000, max(DECODE_AT) + DECODE_CALLS)]
+
+
+def executorch_engine(program: Path, threads: int, first_as_vector: bool) -> tuple[float, Step]:
+    """A program on ExecuTorch's Python runtime. deployc's takes every position (input_pos [n]); export_llm's
+    the first one ([1]), its KV cache updated by ExecuTorch's custom ops, which need registering first."""
     import torch
     from executorch.extension.pybindings import portable_lib
 
     from deployc.graph.host_runtime import load_program
 
+    if not first_as_vector:
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
     portable_lib._unsafe_reset_threadpool(threads)
     start = time.perf_counter()
     method = load_program(program).load_method("forward")
     load = time.perf_counter() - start
 
     def step(tokens: list[int], first: int) -> None:
-        method([torch.tensor([tokens], dtype=torch.int64),
-                torch.arange(first, first + len(tokens), dtype=torch.int64)])
+        positions = torch.arange(first, first + len(tokens)) if first_as_vector else torch.tensor([first])
+        method([torch.tensor([tokens], dtype=torch.int64), positions.to(torch.int64)])
 
     return load, step
 
@@ -78,8 +97,12 @@ def llama_engine(path: Path, threads: int) -> tuple[float, Step]:
     return load, step
 
 
-def measure(make: Callable[[], tuple[float, Step]], ids: list[int]) -> dict[str, float]:
-    load, step = make()
+def measure_in_process(engine: str, path: Path, threads: int) -> dict[str, float]:
+    if engine == "llama.cpp Q4_1":
+        load, step = llama_engine(path, threads)
+    else:
+        load, step = executorch_engine(path, threads, first_as_vector=engine != "export_llm 8da4w")
+    ids = token_ids()
     t = time.perf_counter()
     step(ids[:PREFILL], 0)
     out = {"load_s": load, "prefill_tok_s": PREFILL / (time.perf_counter() - t)}
@@ -91,36 +114,104 @@ def measure(make: Callable[[], tuple[float, Step]], ids: list[int]) -> dict[str,
             step([ids[at + i]], at + i)
             times.append(time.perf_counter() - t)
         out[f"decode@{at}_tok_s"] = 1 / statistics.median(times)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def measure_native(bundle: Path, threads: int) -> dict[str, float]:
+    """deployc-runner --program on the bundle's decoder: one call of 128 tokens, then 16 single-token calls at
+    each decode position (its median), each its own runner process. deployc's decoder attends over its whole
+    cache every call, so a call's time does not depend on what the cache holds."""
+    ids = token_ids()
+    out: dict[str, float] = {}
+    peak = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        def run(tokens: list[int], first: int, repeat: int) -> dict[str, float]:
+            nonlocal peak
+            np.save(f"{tmp}/t.npy", np.asarray([tokens], dtype=np.int64))
+            np.save(f"{tmp}/p.npy", np.arange(first, first + len(tokens), dtype=np.int64))
+            proc = subprocess.run([str(RUNNER), str(bundle), "--program", "llm", "--input", f"{tmp}/t.npy",
+                                   "--input", f"{tmp}/p.npy", "--repeat", str(repeat), "--threads", str(threads)],
+                                  capture_output=True, text=True, check=True)
+            peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+
+        first = run(ids[:PREFILL], 0, 1)
+        out["load_s"] = first["load_ms"] / 1000
+        out["prefill_tok_s"] = PREFILL * 1000 / first["first_ms"]
+        for at in DECODE_AT:
+            out[f"decode@{at}_tok_s"] = 1000 / run([ids[at]], at, DECODE_CALLS)["median_ms"]
+    out["peak_rss_mb"] = peak
+    return out
+
+
+def measure(engine: str, path: Path, threads: int) -> dict[str, float]:
+    """One measurement in a fresh process."""
+    proc = subprocess.run([sys.executable, __file__, "--one", engine, str(path), str(threads)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{engine} failed:\n{proc.stderr[-2000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def bandwidth_gb_s() -> float:
+    """Best of 5 one-thread reads (a sum) of 512 MB."""
+    data = np.ones(512 * 2**20 // 8, dtype=np.float64)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - t)
+    return data.nbytes / best / 1e9
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--program", type=Path, default=None, help="deployc's .pte (default: the bundle in dist/)")
+    ap.add_argument("--bundle", type=Path, default=BUNDLE, help="deployc's SmolLM2 bundle (default: dist/)")
+    ap.add_argument("--export-llm", type=Path, default=EXPORT_LLM,
+                    help="ExecuTorch's export_llm program (export_llm_peer.py makes it; left out when absent)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--one", nargs=3, metavar=("ENGINE", "PATH", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    program = args.program or next(BUNDLE.glob("*.pte"), None)
+    if args.one:
+        engine, path, threads = args.one
+        figures = (measure_native(Path(path), int(threads)) if engine == "deployc runner"
+                   else measure_in_process(engine, Path(path), int(threads)))
+        print(json.dumps(figures))
+        return
+    program = next(args.bundle.glob("*.pte"), None)
     if program is None:
-        sys.exit(f"no program in {BUNDLE}: run `deployc build manifests/smollm2.yaml --no-emulate` first")
-    gguf = gguf_path()
-    ids = [int(i) for i in np.random.default_rng(0).integers(100, 40000, max(DECODE_AT) + DECODE_CALLS)]
-    engines = {"deployc gguf": (program, deployc_engine), "llama.cpp Q4_1": (gguf, llama_engine)}
+        sys.exit(f"no program in {args.bundle}: run `deployc build manifests/smollm2.yaml --no-emulate` first")
+    engines: dict[str, tuple[Path, Path]] = {  # name -> (what it runs, the file whose size it reads per token)
+        "deployc (python)": (program, program), "llama.cpp Q4_1": (gguf_path(), gguf_path())}
+    if RUNNER.is_file():
+        engines["deployc runner"] = (args.bundle, program)
+    else:
+        print(f"no {RUNNER}: the native runner left out (deployc native build)")
+    if args.export_llm.is_file():
+        engines["export_llm 8da4w"] = (args.export_llm, args.export_llm)
+    else:
+        print(f"no {args.export_llm}: ExecuTorch's export_llm program left out (benchmarks/export_llm_peer.py)")
+    bandwidth = bandwidth_gb_s()
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for threads in (1, 2):
-            for name, (path, engine) in engines.items():  # taking turns
-                results.setdefault((name, threads), []).append(measure(functools.partial(engine, path, threads), ids))
-    keys = ["load_s", "prefill_tok_s", *(f"decode@{at}_tok_s" for at in DECODE_AT)]
-    print(f"{'engine':<16} {'threads':>7} {'size MB':>8} " + " ".join(f"{k:>16}" for k in keys))
-    for (name, threads), runs in results.items():
-        path = engines[name][0]
-        cells = [statistics.median(r[k] for r in runs) for k in keys]
-        print(f"{name:<16} {threads:>7} {path.stat().st_size / 1e6:>8.1f} " + " ".join(f"{c:>16.2f}" for c in cells))
-    for threads in (1, 2):
-        ours, theirs = results[("deployc gguf", threads)], results[("llama.cpp Q4_1", threads)]
-        ratio = {k: statistics.median(r[k] for r in ours) / statistics.median(r[k] for r in theirs)
-                 for k in keys[1:]}
-        print(f"deployc / llama.cpp, {threads} thread(s): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
+            for name, (path, _) in engines.items():  # taking turns
+                results.setdefault((name, threads), []).append(measure(name, path, threads))
+    print(f"host memory bandwidth (one-thread read of 512 MB): {bandwidth:.1f} GB/s")
+    print(f"{'engine':<18} {'threads':>7} {'size MB':>8} " + " ".join(f"{k:>16}" for k in KEYS)
+          + f" {'ceiling @128':>12}")
+    median = {key: {k: statistics.median(r[k] for r in runs) for k in KEYS} for key, runs in results.items()}
+    for (name, threads), m in median.items():
+        size = engines[name][1].stat().st_size
+        ceiling = m["decode@128_tok_s"] * size / (bandwidth * 1e9)
+        print(f"{name:<18} {threads:>7} {size / 1e6:>8.1f} " + " ".join(f"{m[k]:>16.2f}" for k in KEYS)
+              + f" {ceiling:>11.0%}")
+    for peer in [name for name in engines if not name.startswith("deployc")]:
+        for threads in (1, 2):
+            ours, theirs = median[("deployc (python)", threads)], median[(peer, threads)]
+            ratio = {k: ours[k] / theirs[k] for k in KEYS[1:-1]}
+            print(f"deployc / {peer}, {threads} thread(s): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 
 #include <dlfcn.h>
@@ -124,7 +126,17 @@ Failure prepare_backend(const ProgramSpec& p) {
 }
 }  // namespace
 
+// XNNPACK gives each delegate a workspace of its own by default, each as large as that delegate's largest call
+// needs. A program's delegates run one after another, so they share one (ExecuTorch's per-model sharing
+// mode): SmolLM2's program (92 delegates) peaked at 3.3 GB on a 480-token prompt without, 2.1 GB with.
+static void share_xnnpack_workspaces() {
+  executorch::runtime::BackendOptions<1> options;
+  options.set_option("workspace_sharing_mode", 1);  // WorkspaceSharingMode::PerModel
+  (void)executorch::runtime::set_option("XnnpackBackend", options.view());  // NotFound: no XNNPACK linked
+}
+
 std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure, Check check) {
+  share_xnnpack_workspaces();
   std::unique_ptr<Bundle> b(new Bundle());
   b->dir_ = dir;
   std::string err = read_runtime_config(dir + "/runtime.bin", b->config_);
