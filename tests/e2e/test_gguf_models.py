@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bundles import flip_weight_byte
-from helpers.gguf_files import tensors, write_gguf
+from helpers.gguf_files import CONFIG, tensors, write_gguf
 from helpers.jvm import bundle_test, expected_answers, passed_cleanly
 from helpers.projects import Built, build_json, make_project, run_subprocess
 
@@ -96,8 +96,9 @@ def test_the_files_chat_template_frames_the_prompt_in_both_runtimes(built: Built
     assert ran["generation"]["prompt_tokens"] == ran_natively["generation"]["prompt_tokens"] == 56
     assert ran["outputs"]["answer"] == ran_natively["outputs"]["answer"]
     for g in ran["generation"], ran_natively["generation"]:  # the speeds both report, from their own timings
-        assert g["prefill_ms"] > 0 and g["prefill_tokens_per_s"] == pytest.approx(56_000 / g["prefill_ms"], rel=1e-3)
-        assert g["per_token_ms"] > 0 and g["decode_tokens_per_s"] == pytest.approx(1000 / g["per_token_ms"], rel=1e-3)
+        assert g["prefill_ms"] > 0 and g["prefill_tokens_per_s"] == pytest.approx(56_000 / g["prefill_ms"], rel=1e-2)
+        # deployc run's milliseconds are rounded to 0.001: at ~0.14 ms a token that is a part in 300
+        assert g["per_token_ms"] > 0 and g["decode_tokens_per_s"] == pytest.approx(1000 / g["per_token_ms"], rel=1e-2)
         assert g["first_token_ms"] >= g["prefill_ms"]
 
     # --stream prints the text as it is decoded, then the speeds.
@@ -134,6 +135,9 @@ def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:
     # layer part, not per operator: lowering SmolLM2 depends on it).
     assert not {"aten.amax.default", "aten.amin.default", "aten.round.default", "aten.sum.dim_IntList",
                 "aten.avg_pool2d.default", "aten.max_pool2d.default", "aten.mean.dim"} & set(blocks["non_delegated_ops"])
+    # Every view XNNPACK takes (the call's length written -1): a layer is 3 delegates, split only by the KV-cache
+    # writes (SmolLM2: 92 delegates for 30 layers, 273 when views with a symbolic size split them).
+    assert blocks["delegates"]["XnnpackBackend"] <= 3 * CONFIG["layers"] + 2
     float_bytes = 4 * sum(w.size for w, _ in tensors().values())
     assert blocks["size_bytes"] < 0.75 * float_bytes  # at this size the graph weighs; SmolLM2: docs/benchmarks.md
 

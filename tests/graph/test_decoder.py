@@ -197,6 +197,13 @@ def test_the_program_generates_what_transformers_generates(gen: Built) -> None:
                                   eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     got = generate(lambda t, p: bundle.call("llm", [t, p])[0], prompt, 16, 48)
     assert len(want) == 16 and got == want
+    # What the decode step leaves to portable kernels: the caches written in place, no copy of them, the mask
+    # made once.
+    config = json.loads((gen.out / "gen" / "0.1.0" / "arduino_q" / "runtime.json").read_text())
+    forward = next(m for p in config["programs"] if p["name"] == "llm" for m in p["methods"] if m["name"] == "forward")
+    assert "aten::index_put_" in forward["operators"]
+    assert not {"aten::index_put.out", "aten::copy_", "aten::expand_copy.out", "aten::masked_fill.Scalar_out",
+                "aten::bitwise_not.out", "aten::bmm.out"} & set(forward["operators"])
 
 
 @pytest.mark.slow
