@@ -88,6 +88,25 @@ class Treated(torch.nn.Module):
         return torch.nn.functional.linear(self.act(x), self.weight)
 
 
+class SplitQ8(torch.nn.Module):
+    """A Q8_0 linear as the `gguf` scheme computes it, d q = 16 d hi + d (lo - 8) + 8 d: the high half through
+    `high`, the low half through `low`, the blocks' offsets on the float input."""
+
+    def __init__(self, weight: torch.Tensor, high: Act, low: Act) -> None:
+        super().__init__()
+        from deployc.graph.gguf_blocks import recover
+
+        blocks = recover(weight)
+        assert blocks is not None and blocks.kind == "Q8_0"
+        d = blocks.scale.repeat_interleave(32, dim=-1)
+        hi = torch.div(blocks.codes, 16, rounding_mode="floor").float()
+        lo = blocks.codes.float() - 16 * hi
+        self.parts = [(16 * d * hi, high), (d * (lo - 8), low), (8 * d, act_float)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(torch.nn.functional.linear(act(x), w) for w, act in self.parts)  # type: ignore[return-value]
+
+
 def bf16_scales(w: torch.Tensor) -> torch.Tensor:
     """A Q4_1 weight with its blocks' scale rounded to bf16: d * q + m -> bf16(d) * q + m."""
     blocks = w.reshape(-1, 32)
@@ -178,6 +197,9 @@ def main() -> None:
            (lambda m, names=names: treat(m, act_token8, finer=(names, act_token8_twice)))
            for names in ({"down_proj"}, {"down_proj", "o_proj"}, {"down_proj", "gate_proj", "up_proj"},
                          {"q_proj", "k_proj", "v_proj"}, {"lm_head"})},
+        "exact, act int8/token x2, output layer's low half int8/token once":
+            lambda m: (treat(m, act_token8_twice),
+                       setattr(m, "lm_head", SplitQ8(m.lm_head.weight, act_token8_twice, act_token8))),
         "exact, act int8/32 (llama.cpp's q8_0)": lambda m: treat(m, act_block32),
         "bf16 scales, act float": lambda m: treat(m, act_float, weights=bf16_scales),
         "bf16 scales, act int8/token x2": lambda m: treat(m, act_token8_twice, weights=bf16_scales),
