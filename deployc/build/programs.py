@@ -104,7 +104,8 @@ def _verification(unit: UnitPlan, facts: ProgramFacts) -> tuple[Verification, Fa
     missed = _missed(v, measured)
     verification = Verification(status="failed" if missed else "passed", metrics=measured.summary,
                                 points=measured.points, tokens=measured.tokens, text=measured.text, task=measured.task,
-                                text_reason=unit.export.text_reason, ran_on=measured.ran_on, tolerance=tolerance)
+                                text_reason=unit.export.text_reason, ran_on=measured.ran_on,
+                                method_calls=measured.method_calls, tolerance=tolerance)
     failure = (Failure(step="verify", error="verification against eager PyTorch missed: " + "; ".join(missed))
                if missed else None)
     return verification, failure

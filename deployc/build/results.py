@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from deployc.core.errors import Location
-from deployc.core.facts import PointMetrics, ProgramFacts, Summary, TaskMetrics, TextMetrics, TokenParity
+from deployc.core.facts import (
+    MethodCalls,
+    PointMetrics,
+    ProgramFacts,
+    Summary,
+    TaskMetrics,
+    TextMetrics,
+    TokenParity,
+)
 from deployc.core.records import Frozen
 from deployc.plan.build_plan import UnitPlan
 from deployc.plan.releases import ReleaseStatus
@@ -67,6 +75,7 @@ class Verification(Frozen):
     text_reason: str = ""  # why a text-generation program has no text figures
     task: TaskMetrics | None = None  # the task measure on the manifest's samples (`verify.data`)
     ran_on: str = ""  # "": the program in this host's runtime; else what ran its lowered graph instead
+    method_calls: dict[str, MethodCalls] = {}  # a static decoder's methods: calls made and their seconds here
     tolerance: Tolerance
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from deployc.cli.console import Console
 from deployc.core.sizes import format_size
+from deployc.plan.static_checks import verification_calls
 
 if TYPE_CHECKING:
     from deployc.build.results import Arm64Check, BuildReport, UnitResult
@@ -147,9 +148,14 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
         if form is not None:
             calibrated = (f"; calibrated on {'the held-out text' if u.export.text else 'seeded token ids'} through "
                           "the same driver" if u.quantize.recipe.method == "pt2e" else "")
+            decode = ("each new token through it (one graph, the weights once)" if form.decode == "prefill"
+                      else "a decode method of 1")
+            calls = verification_calls(u)
+            checked = ("; verification: " + ", ".join(f"{n} {name} calls" for name, n in calls.items() if n)
+                       if calls else "")
             console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
-                           f"tokens a call and a decode method of 1, KV caches of {form.context} positions in and "
-                           f"out{calibrated}")
+                           f"tokens a call and {decode}, KV caches of {form.context} positions in and out{calibrated}"
+                           f"{checked}")
 
 
 def _plan_beyond_this_runtime(console: Console, build_plan: BuildPlan) -> None:
@@ -256,6 +262,9 @@ def _verification_words(r: UnitResult) -> str:
         vtext += arm64
     if v and v.ran_on:  # not the program in a runtime: say what ran
         vtext += f" ({v.ran_on})"
+    if v and v.method_calls:  # a static decoder: what its check cost, per method (the emulator's, for the NPU)
+        vtext += "; " + ", ".join(f"{name} {c.calls} calls at {c.per_call_s:.2f} s"
+                                  for name, c in v.method_calls.items())
     return vtext
 
 

@@ -106,6 +106,18 @@ class TaskMetrics(Frozen):
     mean_rank_change: float | None = None  # mean |rank moved| of eager's k nearest, in the program's order
 
 
+class MethodCalls(Frozen):
+    """A static decoder's method as its verification called it: how many calls, their seconds on this host
+    (for the NPU: the HTP emulator's, not a phone's)."""
+
+    calls: int
+    seconds: float
+
+    @property
+    def per_call_s(self) -> float:
+        return self.seconds / self.calls if self.calls else 0.0
+
+
 class Measurement(Frozen):
     status: Literal["measured", "error", "not-run"]
     reason: str = ""
@@ -117,6 +129,7 @@ class Measurement(Frozen):
     task: TaskMetrics | None = None  # with `verify.data`: the task measure
     latency_ms: float | None = None  # median of the middle point's forward on this host (a static decoder: one token)
     load_s: float | None = None
+    method_calls: dict[str, MethodCalls] = {}  # a static decoder's methods, as the verification called them
     ran_on: str = ""  # what computed the outputs when it was not the program in the runtime (Verify.host_reference)
 
 

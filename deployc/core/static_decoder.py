@@ -19,11 +19,36 @@ MASK_LAYOUT = ("[1, 1, T, context + T]: keys are the cache slots, then the call'
                "p sees the slots before the call's first position and the call's own tokens up to p")
 
 
+def pieces(n: int, chunk: int, own_decode: bool) -> list[tuple[bool, int, int]]:
+    """How the driver reads n tokens: per call (single token, width of the call, real tokens in it). A prompt
+    goes in chunks, the last one padded; a lone token through the decode method (width 1), or with one graph
+    through the prefill method padded to its chunk."""
+    out, done = [], 0
+    while done < n:
+        single = n - done == 1
+        width = 1 if single and own_decode else chunk
+        take = min(width, n - done)
+        out.append((single, width, take))
+        done += take
+    return out
+
+
+def driver_calls(reads: list[int], chunk: int, own_decode: bool) -> dict[str, int]:
+    """Calls per method when the driver reads each of `reads` tokens in one forward call."""
+    calls = {PREFILL: 0, DECODE: 0} if own_decode else {PREFILL: 0}
+    for n in reads:
+        for single, _, _ in pieces(n, chunk, own_decode):
+            calls[DECODE if single and own_decode else PREFILL] += 1
+    return calls
+
+
 class StaticDecoderLayout(Frozen):
     """Both methods take (tokens int32[1, T], input_pos int32[T], mask float32[1, 1, T, context + T],
     k_cache_0..k_cache_{L-1}, v_cache_0..v_cache_{L-1}, each float32[1, kv_heads, context, head_dim]) and
     return (logits float32[1, T, vocab], k_0..k_{L-1}, v_0..v_{L-1}, each float32[1, kv_heads, T, head_dim]):
-    T is `chunk` for the prefill method and 1 for the decode method."""
+    T is `chunk` for the prefill method and 1 for the decode method. When `decode_method` is
+    `prefill_method` (npu.decode: prefill), the program has that one method, and a single token goes
+    through it padded to `chunk` like a prompt's last piece."""
 
     prefill_method: str = PREFILL
     decode_method: str = DECODE
@@ -37,6 +62,14 @@ class StaticDecoderLayout(Frozen):
     # caches at slots input_pos; the mask lets the query at position p see slots < the call's first
     # position and the call's own tokens up to p.
     update: Literal["index_write"] = "index_write"
+
+    def methods(self) -> list[tuple[str, int]]:
+        """(name, tokens a call) of each method the program has."""
+        own = [(self.decode_method, 1)] if self.decode_method != self.prefill_method else []
+        return [(self.prefill_method, self.chunk), *own]
+
+    def pieces(self, n: int) -> list[tuple[bool, int, int]]:
+        return pieces(n, self.chunk, self.decode_method != self.prefill_method)
 
     def input_names(self) -> list[str]:
         return (["tokens", "input_pos", "mask"] + [f"k_cache_{i}" for i in range(self.layers)]

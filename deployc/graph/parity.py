@@ -17,10 +17,7 @@ import torch
 from deployc.core.static_decoder import SCORE
 from deployc.graph.inputs import make_inputs
 from deployc.plan.build_plan import Export
-
-# Seeded prompts' lengths (cycled over the prompts), clamped to what the seq dim and the KV cache allow.
-PROMPT_LENGTHS = (5, 12)
-SEEDED_PROMPTS = 8
+from deployc.plan.heldout import seeded_prompt_lengths
 
 Call = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs)
 
@@ -30,12 +27,8 @@ def _prompts(export: Export, generate: int, context: int, seed: int) -> list[tup
         return [(torch.tensor([p], dtype=torch.int64), torch.arange(len(p), dtype=torch.int64))
                 for p in export.text.prompts]
     seq = next(d for d in export.dims if d.name == "seq")
-    top = min(seq.max, context - generate)
-    if top < seq.min:
-        return []
     out = []
-    for i in range(SEEDED_PROMPTS):
-        length = min(max(PROMPT_LENGTHS[i % len(PROMPT_LENGTHS)], seq.min), top)
+    for i, length in enumerate(seeded_prompt_lengths(seq.min, seq.max, context, generate)):
         tokens, positions = make_inputs(export.inputs, {"seq": length}, seed + 101 + i)
         out.append((tokens, positions))
     return out
@@ -84,11 +77,26 @@ def scored(calls: list[Call], refs: list[list[Any]]) -> tuple[list[Call], list[l
                                                                        .unsqueeze(0)]]
 
 
+def forced(calls: list[Call], refs: list[list[Any]]) -> tuple[list[Call], list[list[Any]]]:
+    """A greedy sequence's calls (the prompt, then each token eager chose) as one `score` call of all their
+    tokens, its reference eager's logits after the prompt and after each chosen token [1, generated, vocab]:
+    the same tokens fed, read in prefill chunks. For a decoder in the static form whose prefill method is its
+    only graph (npu.decode: prefill), where a call of the emulator costs as much for one token as for a chunk."""
+    tokens = torch.cat([inputs[0] for _, _, inputs in calls], dim=1)
+    positions = torch.cat([inputs[1] for _, _, inputs in calls])
+    return ([(SCORE, {"seq": tokens.shape[1]}, [tokens, positions])],
+            [[torch.stack([r[0].reshape(-1) for r in refs]).unsqueeze(0)]])
+
+
 def leading_matches(reference: list[Any], got: list[Any]) -> int:
-    """How many of the sequence's tokens (argmax of each call's logits) agree before the first that does not."""
+    """How many of the sequence's tokens (argmax of eager's logits after each call) agree before the first that
+    does not. A call's logits may hold several positions' rows (a `score` call's); eager's rows are its last."""
     n = 0
     for r, g in zip(reference, got):
-        if int(torch.argmax(r[0].reshape(-1))) != int(torch.argmax(g[0].reshape(-1))):
-            break
-        n += 1
+        rows = r[0].reshape(-1, r[0].shape[-1])
+        mine = g[0].reshape(-1, rows.shape[-1])[-rows.shape[0]:]
+        for want, have in zip(rows, mine):
+            if int(torch.argmax(want)) != int(torch.argmax(have)):
+                return n
+            n += 1
     return n

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deployc.core.errors import BuildError
-from deployc.core.static_decoder import MASKED, StaticDecoderLayout
+from deployc.core.static_decoder import MASKED, PREFILL, StaticDecoderLayout
 from deployc.graph.decoder import Decoder, Layer, rotate_half
 from deployc.plan.build_plan import StaticForm
 
@@ -80,10 +80,11 @@ class StaticDecoder(nn.Module):
         return (logits, *new_k, *new_v)
 
 
-def layout(decoder: Decoder, context: int, chunk: int) -> StaticDecoderLayout:
+def layout(decoder: Decoder, form: StaticForm) -> StaticDecoderLayout:
     c = decoder.config
-    return StaticDecoderLayout(chunk=chunk, context=context, layers=c.layers, kv_heads=c.kv_heads,
-                               head_dim=c.head_dim)
+    one = {"decode_method": PREFILL} if form.decode == "prefill" else {}
+    return StaticDecoderLayout(chunk=form.prefill, context=form.context, layers=c.layers, kv_heads=c.kv_heads,
+                               head_dim=c.head_dim, **one)
 
 
 def example_inputs(decoder: Decoder, context: int, chunk: int) -> list[torch.Tensor]:
@@ -105,16 +106,16 @@ def static_form(model: torch.nn.Module, form: StaticForm) -> tuple[StaticDecoder
     if model.cache_len < form.context:
         raise BuildError(f"npu.context {form.context} is beyond the {model.cache_len} positions the decoder's rotary "
                          "table was made for")
-    return StaticDecoder(model, form.context).eval(), layout(model, form.context, form.prefill)
+    return StaticDecoder(model, form.context).eval(), layout(model, form)
 
 
 def export_static(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[str, torch.export.ExportedProgram]:
-    """The prefill and decode methods, each at its own chunk length."""
+    """Each method at its own chunk length: prefill and decode, or the one method serving both."""
     from deployc.graph.export import export_model
 
     decoder = static.decoder
     return {name: export_model(static, example_inputs(decoder, shapes.context, chunk), [], [], by_name=False)
-            for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1))}
+            for name, chunk in shapes.methods()}
 
 
 def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequences: list[list[int]]
@@ -130,7 +131,7 @@ def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequen
 
     from deployc.pipeline.host.static_decoding import StaticDecoding
 
-    calls: dict[str, list[list[torch.Tensor]]] = {shapes.prefill_method: [], shapes.decode_method: []}
+    calls: dict[str, list[list[torch.Tensor]]] = {name: [] for name, _ in shapes.methods()}
 
     def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]

@@ -16,6 +16,7 @@ from typing import Any
 
 from deployc.core.facts import (
     Measurement,
+    MethodCalls,
     PointMetrics,
     SizeRange,
     TaskMetrics,
@@ -170,7 +171,9 @@ def _measured(calls: Calls, result: dict[str, Any]) -> Measurement:
         return Measurement(status="error", reason=str(exc))
     return Measurement(status="measured", points=measured, summary=summarize(measured),
                        tokens=_token_parity(calls, outputs), text=text, self_test_text=shipped, task=measured_task,
-                       latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4))
+                       latency_ms=round(result["latency_ms"], 4), load_s=round(result["load_s"], 4),
+                       method_calls={name: MethodCalls(calls=n, seconds=round(seconds, 3))
+                                     for name, (n, seconds) in result.get("method_calls", {}).items()})
 
 
 def _token_parity(calls: Calls, outputs: list[list[Any]]) -> TokenParity | None:
@@ -180,8 +183,10 @@ def _token_parity(calls: Calls, outputs: list[list[Any]]) -> TokenParity | None:
     if not sequences:
         return None
     leading = [leading_matches([references[i] for i in s], [outputs[i] for i in s]) for s in sequences]
-    return TokenParity(prompts=len(sequences), generated=max(len(s) for s in sequences), matched=min(leading),
-                       identical=sum(n == len(s) for n, s in zip(leading, sequences)))
+    # Tokens per sequence: eager's rows of logits (a call each, or one `score` call of them all).
+    lengths = [sum(references[i][0].reshape(-1, references[i][0].shape[-1]).shape[0] for i in s) for s in sequences]
+    return TokenParity(prompts=len(sequences), generated=max(lengths), matched=min(leading),
+                       identical=sum(n == length for n, length in zip(leading, lengths)))
 
 
 def _scored_positions(calls: Calls, outputs: list[list[Any]]) -> list[tuple[Any, Any, int]]:

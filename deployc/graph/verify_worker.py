@@ -30,43 +30,52 @@ def main(argv: list[str]) -> int:
         return 0  # the parent gave up before sending a job (the build failed first)
     program_path, inputs_path, outputs_path = job[:3]
     data_path = Path(job[3]) if len(job) == 4 else None
-    runs = LATENCY_RUNS
     job_data = torch.load(inputs_path, weights_only=True)
     checks = job_data["checks"]  # [(method name, [tensors])], run in order: stateful programs see the same calls
     timed = job_data["timed"]  # the check whose call is timed
     t = time.perf_counter()
     program = load_any(Path(program_path), data_path)
     static = job_data.get("static_decoder")
+    costs: dict[str, list[float]] = {}  # a static decoder's methods: [calls, seconds]
     if static is not None:
-        methods = static_forward(program, StaticDecoderLayout.model_validate(static))
+        methods = static_forward(program, StaticDecoderLayout.model_validate(static), costs)
     else:
         methods = {name: program.load_method(name) for name in dict.fromkeys(name for name, _ in checks)}
     load_s = time.perf_counter() - t
     outputs = [[o.clone() for o in methods[name](list(inputs))] for name, inputs in checks]
+    method_calls = {name: (int(n), seconds) for name, (n, seconds) in costs.items()}
     mid = checks[timed][1]
     method = methods[checks[timed][0]]
     method(list(mid))  # warm-up
     times = []
-    for _ in range(runs):
+    for _ in range(1 if static is not None else LATENCY_RUNS):  # a static decoder's call: seconds on the HTP emulator
         t = time.perf_counter()
         method(list(mid))
         times.append((time.perf_counter() - t) * 1000.0)
-    torch.save({"outputs": outputs, "latency_ms": statistics.median(times), "load_s": load_s}, outputs_path)
+    torch.save({"outputs": outputs, "latency_ms": statistics.median(times), "load_s": load_s,
+                "method_calls": method_calls}, outputs_path)
     return 0
 
 
-def static_forward(program: Any, layout: StaticDecoderLayout) -> dict[str, Callable[[list[Any]], list[Any]]]:
+def static_forward(program: Any, layout: StaticDecoderLayout, costs: dict[str, list[float]] | None = None
+                   ) -> dict[str, Callable[[list[Any]], list[Any]]]:
     """`forward(tokens, input_pos)` of a decoder in the static form, and `score` (the logits at every
-    position): the driver over its two methods."""
+    position): the driver over its methods. `costs` gathers each method's calls and their seconds."""
     import numpy as np
     import torch
 
     from deployc.pipeline.host.static_decoding import StaticDecoding
 
-    loaded = {m: program.load_method(m) for m in (layout.prefill_method, layout.decode_method)}
+    loaded = {m: program.load_method(m) for m, _ in layout.methods()}
 
     def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [o.numpy() for o in loaded[method]([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
+        start = time.perf_counter()
+        out = [o.numpy() for o in loaded[method]([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
+        if costs is not None:
+            cost = costs.setdefault(method, [0, 0.0])
+            cost[0] += 1
+            cost[1] += time.perf_counter() - start
+        return out
 
     session = StaticDecoding(layout, call)
     return {"forward": lambda inputs: [torch.from_numpy(session.forward(inputs[0].numpy(), inputs[1].numpy()))],

@@ -257,12 +257,15 @@ def _eager_outputs(b: Build, methods: list[tuple[str, str, list[InputPlan]]],
 def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]]:
     """A decoder's greedy generation from each prompt and its calls on the held-out text, appended to `calls`;
     returns the held-out windows as the self-test vectors carry them."""
-    from deployc.graph.parity import generation_checks, scored, text_checks
+    from deployc.graph.parity import forced, generation_checks, scored, text_checks
 
     export = b.unit.export
     windows = []
     context = int(b.unit.lower.constants.get("max_seq_len", 0))
+    one_graph = export.static is not None and export.static.decode == "prefill"
     for more, refs in generation_checks(b.model, export, b.unit.verify.generate, context, export.seed):
+        if one_graph:  # the same tokens fed in prefill chunks: its one graph, a call per chunk
+            more, refs = forced(more, refs)
         calls.sequences.append(list(range(len(calls.checks), len(calls.checks) + len(more))))
         calls.checks += more
         calls.references += refs
@@ -382,7 +385,7 @@ def serialize(b: Build) -> None:
 
 # ---- a decoder in the static form (graph/static_decoder.py) ---------------------------------------------
 def export_static_form(b: Build) -> None:
-    """The decoder's prefill and decode methods, KV caches in and out."""
+    """The decoder's prefill and decode methods (or its one method), KV caches in and out."""
     from deployc.graph.static_decoder import export_static, static_form
 
     assert b.unit.export.static is not None
@@ -404,21 +407,21 @@ def quantize_static_form(b: Build) -> None:
     b.at("quantize")
     calls = calibration_calls(b.static, shapes, _calibration_text(b.unit, b.static.decoder.config.vocab_size))
     quantizer = BACKENDS[b.unit.backend].quantizer(recipe, b.unit.lower.options)
-    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+    for name, chunk in shapes.methods():
         b.programs[name], _, _ = pt2e_quantize(b.programs[name], quantizer, calls[name],
                                                _exporter(example_inputs(b.static.decoder, shapes.context, chunk)))
     b.lap("quantize")
 
 
 def static_signatures(b: Build) -> None:
-    """The prefill and decode methods' signatures, from one eager call of each."""
+    """The methods' signatures, from one eager call of each."""
     import torch
 
     from deployc.graph.static_decoder import example_inputs
 
     shapes = b.shapes
     assert shapes is not None
-    for name, chunk in ((shapes.prefill_method, shapes.chunk), (shapes.decode_method, 1)):
+    for name, chunk in shapes.methods():
         inputs = example_inputs(b.static.decoder, shapes.context, chunk)
         with torch.no_grad():
             outputs = b.static(*inputs)

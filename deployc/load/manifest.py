@@ -158,6 +158,10 @@ class NpuDecoding(Frozen):
                                                              "several, a shorter one is padded")
     context: Annotated[int, Field(ge=2)] = Field(description="positions the KV caches hold (prompt and answer), at "
                                                              "most the model's constants.max_seq_len")
+    decode: Literal["own", "prefill"] = Field(
+        default="own", description="own: a decode method of one token a call (its own graph, the weights stored again: "
+                                   "the HTP emulator cannot share them); prefill: each new token through the prefill "
+                                   "method, padded to its chunk (one graph, the weights once)")
 
 
 class Override(Frozen):

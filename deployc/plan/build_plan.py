@@ -92,10 +92,12 @@ class HeldOutText(Frozen):
 
 class StaticForm(Frozen):
     """A decoder built in the static form an NPU takes (graph/static_decoder.py): a prefill method of
-    `prefill` tokens a call and a decode method of one, KV caches of `context` positions in and out."""
+    `prefill` tokens a call and a decode method of one (`decode: own`) or decoding through the prefill
+    method (`decode: prefill`: one graph, its weights once), KV caches of `context` positions in and out."""
 
     prefill: int
     context: int
+    decode: Literal["own", "prefill"] = "own"
 
 
 class Export(Frozen):

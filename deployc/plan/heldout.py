@@ -75,6 +75,20 @@ def prompt_length(context: int, seq_max: int, generate: int) -> int:
     return max(1, min(PROMPT, seq_max, context - generate))
 
 
+# Seeded prompts' lengths (cycled over the prompts), clamped to what the seq dim and the KV cache allow: a
+# decoder without a tokenizer is judged by greedy parity from these.
+SEEDED_PROMPT_LENGTHS = (5, 12)
+SEEDED_PROMPTS = 8
+
+
+def seeded_prompt_lengths(seq_min: int, seq_max: int, context: int, generate: int) -> list[int]:
+    top = min(seq_max, context - generate)
+    if top < seq_min:
+        return []
+    return [min(max(SEEDED_PROMPT_LENGTHS[i % len(SEEDED_PROMPT_LENGTHS)], seq_min), top)
+            for i in range(SEEDED_PROMPTS)]
+
+
 def held_out(ids: list[int], bos: int | None, context: int, seq_max: int, generate: int, file: str, sha256: str,
              tokenizer: str) -> HeldOutText:
     """`ids` has at least needed(context) tokens (the caller says where it has not)."""

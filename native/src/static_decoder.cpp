@@ -40,7 +40,8 @@ Failure StaticDecoding::forward(const Array& tokens, const Array& input_pos, std
   Array logits;
   for (int64_t done = 0; done < n;) {
     const bool single = n - done == 1;
-    const int64_t width = single ? 1 : spec_.chunk;
+    // One method serving both (npu.decode: prefill): a single token goes padded to its chunk.
+    const int64_t width = single && spec_.decode_method != spec_.prefill_method ? 1 : spec_.chunk;
     const int64_t take = std::min(width, n - done);
     if (Failure f = run(single ? spec_.decode_method : spec_.prefill_method, width, ids + done, take, start + done,
                         logits))

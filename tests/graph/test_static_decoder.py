@@ -5,6 +5,7 @@ first's cache, every architecture the decoder knows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +22,26 @@ def _eager_call(static: torch.nn.Module):  # type: ignore[no-untyped-def]
     return call
 
 
-@pytest.mark.parametrize("arch", list(ARCHS))
-def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_computes(tmp_path: Path,
-                                                                                    arch: str) -> None:
+@pytest.mark.parametrize(("arch", "decode"), [*((a, "own") for a in ARCHS), ("llama", "prefill")])
+def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_computes(tmp_path: Path, arch: str,
+                                                                                    decode: str) -> None:
     from deployc.graph.decoder import load_decoder
     from deployc.graph.static_decoder import StaticDecoder, layout
     from deployc.pipeline.host.static_decoding import StaticDecoding
+    from deployc.plan.build_plan import StaticForm
 
     save_decoder(tmp_path / arch, arch)
     context, chunk = 48, 8
     cached = load_decoder(tmp_path / arch, context)
-    session = StaticDecoding(layout(cached, context, chunk), _eager_call(StaticDecoder(cached, context).eval()))
+    shapes = layout(cached, StaticForm(prefill=chunk, context=context, decode=decode))  # type: ignore[arg-type]
+    widths: list[tuple[str, int]] = []
+    eager = _eager_call(StaticDecoder(cached, context).eval())
+
+    def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        widths.append((method, inputs[0].shape[1]))
+        return eager(method, inputs)
+
+    session = StaticDecoding(shapes, call)
     g = torch.Generator().manual_seed(3)
     # 19 tokens: two full chunks and a padded one; then 3 decodes; then a shorter prompt over the same caches.
     calls = [torch.randint(0, BASE["vocab_size"], (1, 19), generator=g)]
@@ -48,6 +58,10 @@ def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_compu
             pos += tokens.shape[1]
         want = cached(second, torch.arange(5))
         assert np.allclose(session.forward(second.numpy(), np.arange(5)), want.numpy(), atol=1e-4)
+    # A single token goes through its own method, or (one graph) through the prefill method padded to a chunk.
+    single = ("decode", 1) if decode == "own" else ("prefill", chunk)
+    assert widths == [("prefill", chunk)] * 3 + [single] * 3 + [("prefill", chunk)]
+    assert shapes.methods() == ([("prefill", chunk), ("decode", 1)] if decode == "own" else [("prefill", chunk)])
 
 
 def test_a_call_beyond_the_context_is_refused_before_the_program_runs() -> None:
@@ -150,7 +164,7 @@ models:
     outputs: {logits: {shape: [1, 120]}}
     constants: {max_seq_len: 48, eos_ids: [2], vocab_size: 120}
     quantization: fp16
-    npu: {prefill: 8, context: 48}
+    npu: {prefill: 8, context: 48, decode: prefill}
     overrides:
       snapdragon: {unit: npu}
 pipeline:
@@ -182,7 +196,28 @@ def npu_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result, report = build_json(manifest, folder / "dist", folder / "cache", timeout=1200)
     assert result.code == 0, result.err[-3000:]
     assert [u["status"] for u in report["units"]] == ["built", "built"]
+    (folder / "build.json").write_text(json.dumps(report))
     return folder / "dist" / "npu-gen" / "0.1.0" / "snapdragon"
+
+
+@pytest.mark.slow
+def test_the_plan_says_how_many_calls_of_each_method_the_verification_makes(npu_decoder: Path) -> None:
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.static_checks import verification_calls
+    from deployc.plan.toolchain import detect
+
+    folder = npu_decoder.parents[3]
+    report = json.loads((folder / "build.json").read_text())
+    made = {u["model"]: {name: c["calls"] for name, c in u["verification"]["method_calls"].items()}
+            for u in report["units"]}
+    planned = {u.model: verification_calls(u) for u in make_plan(load_project(folder / "project" / "gen.yaml"),
+                                                                   detect()).units()}
+    assert made == planned
+    # Two methods: each token eager chose is one decode call. One graph: points of 1 and 8 tokens (two inputs
+    # each), seeded prompts of 5 and 12 tokens read with the 31 chosen in 5 and 6 chunks of 8, the timed calls.
+    assert planned["llm"]["decode"] > 8 * 31
+    assert planned["coded"] == {"prefill": 2 * 2 + 4 * 5 + 4 * 6 + 2}
 
 
 @pytest.mark.slow
@@ -196,6 +231,10 @@ def test_the_npu_decoder_is_verified_on_the_emulator_and_described_for_the_app(n
     assert (coded["unit"], coded["static_decoder"]["context"]) == ("npu", 48)
     assert coded["verification"]["status"] == "passed" and coded["verification"]["tokens_generated"] == 32
     assert coded["verification"]["tokens_prompts"] == 8 and coded["verification"]["text_positions"] == 0
+    # npu.decode: prefill: one method, new tokens through it; greedy parity read in its chunks (teacher-forced).
+    assert (coded["static_decoder"]["prefill_method"], coded["static_decoder"]["decode_method"]) == ("prefill",
+                                                                                                       "prefill")
+    assert [m["name"] for m in coded["methods"] if m["inputs"]] == ["prefill"]
     assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "fp16")
     v = llm["verification"]
     assert v["status"] == "passed" and v["tokens_matched"] == 32 and v["tokens_identical"] == 8
@@ -255,13 +294,17 @@ def test_the_self_tests_drive_the_static_form_on_the_host_and_natively(npu_decod
 
     r = cli("inspect", str(npu_decoder), "--self-test", "--json")
     assert r.code == 0, r.err[-2000:]
-    host = next(p for p in json.loads(r.out)["self_test"] if p["program"] == "llm")
+    hosts = {p["program"]: p for p in json.loads(r.out)["self_test"]}
     proc = subprocess.run([str(runner), str(npu_decoder), "--self-test"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **environment()})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    native = next(p for p in json.loads(proc.stdout)["programs"] if p["program"] == "llm")
+    natives = {p["program"]: p for p in json.loads(proc.stdout)["programs"]}
+    host, native = hosts["llm"], natives["llm"]
     assert host["status"] == native["status"] == "passed"
     assert abs(host["text"]["kl"] - native["text"]["kl"]) < 1e-6 and host["cases"] == native["cases"]
+    # One graph (npu.decode: prefill): the runner pads a single token to the chunk as the host driver does.
+    assert hosts["coded"]["status"] == natives["coded"]["status"] == "passed"
+    assert hosts["coded"]["cases"] == natives["coded"]["cases"] > 0
 
 
 NOT_OURS = """\

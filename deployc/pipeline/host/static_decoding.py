@@ -45,10 +45,7 @@ class StaticDecoding:
                              "was built for")
         rows = []
         done = 0
-        while done < n:
-            single = n - done == 1
-            width = 1 if single else self.layout.chunk
-            take = min(width, n - done)
+        for single, width, take in self.layout.pieces(n):
             rows.append(self._run(self.layout.decode_method if single else self.layout.prefill_method, width,
                                   ids[done:done + take], start + done))
             done += take

@@ -123,8 +123,11 @@ class Qnn(BackendBase):
         from torchao.quantization.pt2e import MinMaxObserver
 
         def config(dtype: str) -> dict[str, Any]:
+            # An embedding table with 8-bit weights is quantized per row like a linear's weight; QNN's default
+            # quantizes it as the gather's 16-bit output (twice the bytes: SmolLM2's table 56.6 MB a method).
             return {"quant_dtype": getattr(QuantDtype, dtype), "is_conv_per_channel": True,
-                    "is_linear_per_channel": True, "act_observer": MinMaxObserver}
+                    "is_linear_per_channel": True, "is_embedding_per_channel": dtype.endswith("8w"),
+                    "act_observer": MinMaxObserver}
 
         quantizer = adjusted(QnnQuantizer)()
         quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
