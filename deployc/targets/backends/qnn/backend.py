@@ -9,7 +9,7 @@ Static shapes only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,10 +123,11 @@ class Qnn(BackendBase):
         from torchao.quantization.pt2e import MinMaxObserver
 
         def config(dtype: str) -> dict[str, Any]:
-            # An embedding table with 8-bit weights is quantized per row like a linear's weight; QNN's default
-            # quantizes it as the gather's 16-bit output (twice the bytes: SmolLM2's table 56.6 MB a method).
+            # With 16-bit activations an embedding table is quantized per row in 8 bits like a linear's weight;
+            # QNN's default quantizes it as the gather's 16-bit output (twice the bytes: SmolLM2's table 56.6 MB
+            # a method). Not in w8a8: with 8-bit outputs the HTP left such a gather on the CPU.
             return {"quant_dtype": getattr(QuantDtype, dtype), "is_conv_per_channel": True,
-                    "is_linear_per_channel": True, "is_embedding_per_channel": dtype.endswith("8w"),
+                    "is_linear_per_channel": True, "is_embedding_per_channel": dtype == "use_16a8w",
                     "act_observer": MinMaxObserver}
 
         quantizer = adjusted(QnnQuantizer)()
@@ -135,9 +136,18 @@ class Qnn(BackendBase):
         if activation_bits is None:
             activation_bits = dict.fromkeys(W8A8_16BIT_OPS, 16) if recipe.scheme == "w8a8" else {}
         dtypes = {16: "use_16a8w", 8: "use_8a8w"}
-        quantizer.set_submodule_qconfig_list([
-            (lambda node, bits=bits: activation_bits.get(op_kind(node)) == bits, ModuleQConfig(**config(dtype)))
-            for bits, dtype in dtypes.items() if bits in activation_bits.values()])
+        def of_kind(bits: int) -> Callable[[Any], bool]:
+            return lambda node: activation_bits.get(op_kind(node)) == bits
+
+        def tables(node: Any) -> bool:
+            return op_kind(node) == "embedding"
+
+        configs: list[tuple[Callable[[Any], bool], Any]] = [
+            (of_kind(bits), ModuleQConfig(**config(dtype))) for bits, dtype in dtypes.items()
+            if bits in activation_bits.values()]
+        if recipe.scheme == "16a4w":  # its tables in 8 bits per row too: 4 bits a row would round each token's vector
+            configs.insert(0, (tables, ModuleQConfig(**config("use_16a8w"))))
+        quantizer.set_submodule_qconfig_list(configs)
         return quantizer
 
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
