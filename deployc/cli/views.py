@@ -11,7 +11,6 @@ from rich.table import Table
 
 from deployc.cli.console import Console
 from deployc.core.sizes import format_size
-from deployc.plan.static_checks import verification_calls
 
 if TYPE_CHECKING:
     from deployc.build.results import Arm64Check, BuildReport, UnitResult
@@ -143,6 +142,8 @@ def _plan_text_judging(console: Console, build_plan: BuildPlan) -> None:
 
 
 def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
+    from deployc.plan.static_checks import verification_calls
+
     for u in build_plan.units():
         form = u.export.static
         if form is not None:
