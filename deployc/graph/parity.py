@@ -69,23 +69,14 @@ def text_checks(model: Any, export: Export) -> list[tuple[list[Call], list[list[
 
 
 def scored(calls: list[Call], refs: list[list[Any]]) -> tuple[list[Call], list[list[Any]]]:
-    """A window's one-token calls as one `score` call of all its tokens, its reference every position's
-    logits [1, T, vocab]: how a decoder in the static form reads text (its prefill method, in chunks)."""
+    """Calls that feed tokens one after another (a held-out window's, or a greedy sequence's: the prompt, then
+    each token eager chose) as one `score` call of all their tokens, the reference eager's logits after each
+    call [1, calls, vocab]: how a decoder in the static form reads text (its prefill method, in chunks). A
+    greedy sequence goes so only where the prefill method is the one graph (npu.decode: prefill)."""
     tokens = torch.cat([inputs[0] for _, _, inputs in calls], dim=1)
     positions = torch.cat([inputs[1] for _, _, inputs in calls])
     return [(SCORE, {"seq": tokens.shape[1]}, [tokens, positions])], [[torch.stack([r[0].reshape(-1) for r in refs])
                                                                        .unsqueeze(0)]]
-
-
-def forced(calls: list[Call], refs: list[list[Any]]) -> tuple[list[Call], list[list[Any]]]:
-    """A greedy sequence's calls (the prompt, then each token eager chose) as one `score` call of all their
-    tokens, its reference eager's logits after the prompt and after each chosen token [1, generated, vocab]:
-    the same tokens fed, read in prefill chunks. For a decoder in the static form whose prefill method is its
-    only graph (npu.decode: prefill), where a call of the emulator costs as much for one token as for a chunk."""
-    tokens = torch.cat([inputs[0] for _, _, inputs in calls], dim=1)
-    positions = torch.cat([inputs[1] for _, _, inputs in calls])
-    return ([(SCORE, {"seq": tokens.shape[1]}, [tokens, positions])],
-            [[torch.stack([r[0].reshape(-1) for r in refs]).unsqueeze(0)]])
 
 
 def leading_matches(reference: list[Any], got: list[Any]) -> int:

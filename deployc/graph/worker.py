@@ -257,7 +257,7 @@ def _eager_outputs(b: Build, methods: list[tuple[str, str, list[InputPlan]]],
 def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], list[Any], list[Any], int]]]:
     """A decoder's greedy generation from each prompt and its calls on the held-out text, appended to `calls`;
     returns the held-out windows as the self-test vectors carry them."""
-    from deployc.graph.parity import forced, generation_checks, scored, text_checks
+    from deployc.graph.parity import generation_checks, scored, text_checks
 
     export = b.unit.export
     windows = []
@@ -265,7 +265,7 @@ def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], 
     one_graph = export.static is not None and export.static.decode == "prefill"
     for more, refs in generation_checks(b.model, export, b.unit.verify.generate, context, export.seed):
         if one_graph:  # the same tokens fed in prefill chunks: its one graph, a call per chunk
-            more, refs = forced(more, refs)
+            more, refs = scored(more, refs)
         calls.sequences.append(list(range(len(calls.checks), len(calls.checks) + len(more))))
         calls.checks += more
         calls.references += refs
