@@ -147,8 +147,11 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
     for u in build_plan.units():
         form = u.export.static
         if form is not None:
-            calibrated = (f"; calibrated on {'the held-out text' if u.export.text else 'seeded token ids'} through "
-                          "the same driver" if u.quantize.recipe.method == "pt2e" else "")
+            cal = u.quantize.text
+            source = (f"{len(cal.sequences)} stretches of {len(cal.sequences[0])} tokens of {cal.file}" if cal
+                      else "seeded token ids")
+            calibrated = (f"; calibrated on {source} through the same driver" if u.quantize.recipe.method == "pt2e"
+                          else "")
             decode = ("each new token through it (one graph, the weights once)" if form.decode == "prefill"
                       else "a decode method of 1")
             calls = verification_calls(u)

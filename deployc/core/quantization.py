@@ -71,6 +71,7 @@ class Recipe(Frozen):
     calibration_seed: int | None = None
     calibration_dataset: str | None = None  # relative to the manifest
     calibration_dataset_sha256: str | None = None
+    calibration_text: str | None = None  # a decoder's, relative to the manifest; None: deployc's sample
     float_fallback: float | None = None  # the share of quantized operators the build may leave float; None: none
 
 
@@ -89,6 +90,17 @@ class Calibration(Frozen):
     dataset: str | None = Field(default=None, description="instead of random samples: a torch.save'd list of "
                                                           "samples (each a list of tensors in input order), "
                                                           "relative to the manifest")
+    text: str | None = Field(default=None, description="text-generation models: a UTF-8 text file, relative to the "
+                                                       "manifest, whose tokens the quantizer observes: `samples` "
+                                                       "stretches of it read as the app reads a prompt (default: "
+                                                       "deployc's calibration sample); never the text the program "
+                                                       "is judged on (verify.text)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Calibration:
+        if self.text is not None and self.dataset is not None:
+            raise ValueError("give `text` (a decoder's calibration text) or `dataset` (tensors), not both")
+        return self
 
 
 Objective = Literal["size", "latency"]

@@ -16,7 +16,7 @@ from deployc.core.graph_edits import attribute
 from deployc.core.quantization import Recipe
 from deployc.graph import batch_norm, constants, sensitivity
 from deployc.graph.inputs import export_point, make_inputs
-from deployc.plan.build_plan import Export
+from deployc.plan.build_plan import CalibrationText, Export
 
 
 def torchao_quantize(model: torch.nn.Module, config: Any, group_size: int | None,
@@ -300,8 +300,17 @@ def pt2e_quantize(ep: torch.export.ExportedProgram, quantizer: Any, calibration:
     return reexport(converted), stayed_float(converted), record
 
 
-def calibration_samples(recipe: Recipe, export: Export, folder: Path) -> list[list[torch.Tensor]]:
-    """The manifest's dataset (sha256-checked), or seeded random samples within the inputs' ranges."""
+def calibration_samples(recipe: Recipe, export: Export, folder: Path, text: CalibrationText | None = None
+                        ) -> list[list[torch.Tensor]]:
+    """A decoder's calibration text (each sequence's first tokens as a prompt, at the export's length), the
+    manifest's dataset (sha256-checked), or seeded random samples within the inputs' ranges."""
+    if text is not None:  # the decoder interface: tokens [1, seq], input_pos [seq]
+        point = export_point(export.dims)
+        out = []
+        for ids in text.sequences:
+            tokens, positions = make_inputs(export.inputs, {**point, "seq": min(point["seq"], len(ids))}, 0)
+            out.append([torch.tensor(ids[:tokens.shape[-1]]).reshape(tokens.shape).to(tokens.dtype), positions])
+        return out
     if not recipe.calibration_dataset:
         return [make_inputs(export.inputs, export_point(export.dims), (recipe.calibration_seed or 0) + 1000 + j)
                 for j in range(recipe.calibration_samples or 1)]

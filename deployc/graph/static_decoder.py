@@ -120,13 +120,19 @@ def export_static(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[st
 
 def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequences: list[list[int]]
                       ) -> dict[str, list[list[torch.Tensor]]]:
-    """Each method's inputs as the driver makes them when the eager static form reads `sequences`: the
-    first half of each in prefill chunks, the rest one token a call, so the decode method is calibrated
-    on caches that hold real text; then each sequence's first `chunk` tokens again one token a call from
-    position 0, as a generation after a short prompt reads them. Without those, the decode method never
-    saw a query with few keys to attend to, whose attention output is one value row rather than an
-    average of many: measured on the zoo's seeded Llama in 16a8w, a one-token prompt's logits came out at
-    2.8 dB (the range clipped), 43.1 dB with them."""
+    """Each method's inputs as the driver makes them when the eager static form reads `sequences`.
+
+    Two methods: the first half of each sequence in prefill chunks, the rest one token a call, so the decode
+    method is calibrated on caches that hold real text; then each sequence's first `chunk` tokens again one
+    token a call from position 0, as a generation after a short prompt reads them. Without those, the decode
+    method never saw a query with few keys to attend to, whose attention output is one value row rather than
+    an average of many: measured on the zoo's seeded Llama in 16a8w, a one-token prompt's logits came out at
+    2.8 dB (the range clipped), 43.1 dB with them.
+
+    One graph (npu.decode: prefill): each sequence in whole chunks from position 0. A chunk's rows are what a
+    decode step's real row is (a token attending to the cache and itself), its first rows attending to few
+    keys; a one-token step would cost a whole chunk's compute for one row, and its padding rows (the last
+    token repeated) would be most of what the observers saw."""
     import numpy as np
 
     from deployc.pipeline.host.static_decoding import StaticDecoding
@@ -139,9 +145,13 @@ def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequen
         with torch.no_grad():
             return [t.numpy() for t in static(*tensors)]
 
+    one_graph = shapes.decode_method == shapes.prefill_method
     for ids in sequences:
         ids = ids[:shapes.context]
         session = StaticDecoding(shapes, call)
+        if one_graph:
+            session.forward(np.asarray([ids]), np.arange(len(ids)))
+            continue
         half = max(1, len(ids) // 2)
         session.forward(np.asarray([ids[:half]]), np.arange(half))
         for position in range(half, len(ids)):

@@ -348,7 +348,7 @@ def quantize_activations(b: Build) -> None:
     b.at("quantize")
     b.programs["forward"], b.float_layers, b.fallback = pt2e_quantize(
         b.programs["forward"], BACKENDS[b.unit.backend].quantizer(recipe, b.unit.lower.options),
-        calibration_samples(recipe, export, b.folder),
+        calibration_samples(recipe, export, b.folder, b.unit.quantize.text),
         lambda m: export_model(m, b.examples["forward"], export.inputs, export.dims),
         _fallback_target(b.unit) if recipe.float_fallback else None)
     b.lap("quantize")
@@ -578,11 +578,10 @@ def _tensor_facts(names: list[str], tensors: Any) -> list[TensorFacts]:
 
 
 def _calibration_text(unit: UnitPlan, vocab: int) -> list[list[int]]:
-    """Token sequences a static decoder is calibrated on: the held-out text's windows and prompts, or (a
-    decoder without a tokenizer) seeded random ids, as many as the recipe's samples."""
-    text = unit.export.text
-    if text is not None:
-        return [*text.windows, *text.prompts]
+    """Token sequences a static decoder is calibrated on: its calibration text's (never the held-out text it is
+    judged on), or (a decoder without a tokenizer) seeded random ids, as many as the recipe's samples."""
+    if unit.quantize.text is not None:
+        return unit.quantize.text.sequences
     recipe, form = unit.quantize.recipe, unit.export.static
     assert form is not None
     import torch

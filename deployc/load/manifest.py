@@ -375,7 +375,8 @@ def _dims(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
 
 
 def _quantization(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
-    _check_quant(model.quantization, ("models", name, "quantization"), f"models.{name}.quantization", err)
+    _check_quant(model.quantization, ("models", name, "quantization"), f"models.{name}.quantization", err,
+                 model.task)
 
 
 def _overrides(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
@@ -388,7 +389,7 @@ def _overrides(name: str, model: ModelSpec, m: Manifest, err: Err) -> None:
                 closest(target, m.targets) or f"targets are: {', '.join(m.targets)}", key=True)
         if ov.quantization is not None:
             _check_quant(ov.quantization, (*base, "overrides", target, "quantization"),
-                         f"models.{name}.overrides.{target}.quantization", err)
+                         f"models.{name}.overrides.{target}.quantization", err, model.task)
         for dim_name, override in ov.dims.items():
             at = (*base, "overrides", target, "dims", dim_name)
             dotted = f"models.{name}.overrides.{target}.dims.{dim_name}"
@@ -427,7 +428,11 @@ def _check_dim(dim: DimSpec, path: tuple[str | int, ...], dotted: str, err: Err)
             f"max: {dim.bounds()[0]}")
 
 
-def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Err) -> None:
+def _check_quant(q: QuantSpec, path: tuple[str | int, ...], dotted: str, err: Err, task: str) -> None:
+    if q.calibration is not None and q.calibration.text is not None and task != "text-generation":
+        err((*path, "calibration", "text"), f"{dotted}.calibration.text: a calibration text is for text-generation "
+                                            f"models; this one's task is {task}",
+            "calibrate it with `samples` (seeded inputs) or a `dataset`")
     named = [q.scheme] if q.scheme is not None else q.choose if isinstance(q.choose, list) else None
     if named is None:  # auto: each option applies to the candidates that take it
         return

@@ -75,6 +75,8 @@ def _named_paths(m: Manifest) -> list[tuple[tuple[str | int, ...], str, str | No
         for path, q in places:
             if q is not None and q.calibration is not None and q.calibration.dataset is not None:
                 out.append(((*path, "calibration", "dataset"), q.calibration.dataset, None))
+            if q is not None and q.calibration is not None and q.calibration.text is not None:
+                out.append(((*path, "calibration", "text"), q.calibration.text, FOLDER))
         for where, v in verify_places(name, model):
             if v.text is not None:
                 out.append(((*where, "text"), v.text, FOLDER))

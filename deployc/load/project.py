@@ -56,6 +56,12 @@ def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]
                 path = ("models", name, *q_path, "calibration", "dataset")
                 out.append(Diagnostic(doc.locate(path), f"{'.'.join(map(str, path))}: no file {data} inside the "
                                                         "manifest's folder"))
+            text = q.calibration.text if q is not None and q.calibration else None
+            problem = _text_problem(folder / text) if text else None
+            if text and problem:
+                path = ("models", name, *q_path, "calibration", "text")
+                out.append(Diagnostic(doc.locate(path), f"{'.'.join(map(str, path))}: {text} {problem}",
+                                      "name a UTF-8 text file from the model's domain, apart from verify.text"))
         for path, v in verify_places(name, model):
             if v.text is not None:
                 problem = _text_problem(folder / v.text)
@@ -70,7 +76,7 @@ def _check_sources(m: Manifest, doc: Document, folder: Path) -> list[Diagnostic]
 
 
 def _text_problem(path: Path) -> str | None:
-    """Why a held-out text cannot be measured on; its length in tokens is the plan's to check."""
+    """Why a held-out or calibration text cannot be read; its length in tokens is the plan's to check."""
     if not path.is_file():
         return "is not a file next to the manifest"
     try:

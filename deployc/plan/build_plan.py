@@ -90,6 +90,16 @@ class HeldOutText(Frozen):
     prompts: list[list[int]]  # greedy parity: eager generates from each, the program is fed the same calls
 
 
+class CalibrationText(Frozen):
+    """The text a decoder's static quantization is calibrated on, tokenized at plan time (its ids are part of
+    the program's key); never the held-out text it is judged on."""
+
+    file: str  # relative to the manifest, or deployc's calibration sample
+    sha256: str
+    tokenizer: str  # where the ids come from, in words
+    sequences: list[list[int]]  # each read from position 0 as the driver reads a prompt
+
+
 class StaticForm(Frozen):
     """A decoder built in the static form an NPU takes (graph/static_decoder.py): a prefill method of
     `prefill` tokens a call and a decode method of one (`decode: own`) or decoding through the prefill
@@ -118,6 +128,7 @@ class Quantize(Frozen):
     key: str = ""
     recipe: Recipe
     description: str  # what the backend builds for the recipe, in words
+    text: CalibrationText | None = None  # a calibrated decoder's calibration text, where it has a tokenizer
 
 
 class Lower(Frozen):

@@ -30,7 +30,7 @@ from deployc.load.project import Project
 from deployc.pipeline.asset_sources import corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
-from deployc.plan import heldout, task_data
+from deployc.plan import calibration_text, heldout, task_data
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     NOT_JUDGED_COSINE,
@@ -38,6 +38,7 @@ from deployc.plan.build_plan import (
     STEP_ORDER,
     BuildPlan,
     BundlePlan,
+    CalibrationText,
     CheckBudget,
     Choice,
     Declared,
@@ -451,7 +452,8 @@ def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Reci
     text, text_reason = _held_out(project, r, c.spec, c.dims, generate, inputs)
     steps, program_key = _keyed([
         load, _export_step(c, text, text_reason),
-        Quantize(recipe=c.recipe, description=c.backend.describe(c.recipe, unit.options)),
+        Quantize(recipe=c.recipe, description=c.backend.describe(c.recipe, unit.options),
+                 text=_calibration_text(c, text)),
         _lower_step(c), Serialize(external_weights=c.spec.weights == "external"), _verify_step(c, text, generate),
         _budget_step(c), _package_step(c)], toolchain)
     doc, base = project.doc, ("models", r.model)
@@ -542,6 +544,63 @@ def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[Di
     bos = spec.constants.get("bos_id")
     return heldout.held_out(ids, bos if isinstance(bos, int) else None, context, seq.max, generate,
                             given or heldout.SAMPLE_NAME, sha, tokenizer.described), ""
+
+
+def _calibration_text(c: _Candidate, judged: HeldOutText | None) -> CalibrationText | None:
+    """What a calibrated decoder's quantizer observes: the manifest's calibration text or deployc's sample,
+    tokenized, sharing no run of tokens with the text it is judged on. None: a scheme without calibration, or a
+    decoder with no tokenizer (calibrated on seeded token ids, as the plan says)."""
+    recipe, project, r = c.recipe, c.project, c.r
+    given = recipe.calibration_text
+    if not recipe.calibration_samples or not is_decoder(c.spec):
+        return None
+    quant_path: tuple[str | int, ...] = tuple(r.quantization_field.split("."))
+    doc, path = project.doc, (*quant_path, "calibration", "text")
+    field = ".".join(map(str, path))
+    tokenizer = heldout.model_tokenizer(project, r.model)
+    if tokenizer.path is None:
+        if given:
+            raise PlanError([Diagnostic(doc.locate(path), f"{field}: {tokenizer.described}",
+                                        "give the model a tokenizer, or leave calibration.text out (seeded ids)")])
+        return None
+    file = project.folder / given if given else calibration_text.DEFAULT_SAMPLE
+    named = given or calibration_text.SAMPLE_NAME
+    sha = c.inputs.add(file, "calibration text")
+    if judged is not None and sha == judged.sha256:
+        raise PlanError([Diagnostic(doc.locate(path), f"{field}: {named} is the held-out text the program is judged "
+                                    "on: its figures would be measured on what the quantizer saw",
+                                    "calibrate on other text from the same domain")])
+    judged_file = project.folder / r.tolerances.text if r.tolerances.text else heldout.DEFAULT_SAMPLE
+    run = (calibration_text.shared_run(file.read_text(encoding="utf-8"), judged_file.read_text(encoding="utf-8"))
+           if judged is not None else None)
+    if judged is not None and run is not None:
+        raise PlanError([Diagnostic(doc.locate(path if given else quant_path),
+                                    f"{field}: {named} shares {calibration_text.SHARED_WORDS} words in a row with the "
+                                    f"held-out text {judged.file} (\"{run}\"): the program would be judged on text "
+                                    "the quantizer saw", "calibrate on text the held-out text does not quote")])
+    memo = (str(file), str(tokenizer.path))
+    if memo not in c.inputs.texts:
+        c.inputs.texts[memo] = heldout.text_ids(file, tokenizer.path)
+    ids = c.inputs.texts[memo]
+    context = c.spec.constants["max_seq_len"]
+    assert isinstance(context, int), context  # a decoder's
+    bos = c.spec.constants.get("bos_id")
+    bos = bos if isinstance(bos, int) else None
+    samples = recipe.calibration_samples
+    if len(ids) < calibration_text.needed(context, samples, bos):
+        raise PlanError([Diagnostic(doc.locate(path if given else quant_path),
+                                    f"{field}: {named} gives {len(ids)} tokens with {tokenizer.described}; "
+                                    f"{samples} calibration samples of {calibration_text.sequence_length(context)} "
+                                    f"tokens take {calibration_text.needed(context, samples, bos)}",
+                                    "use a longer text, or fewer calibration.samples")])
+    vocab = c.spec.constants.get("vocab_size")
+    if isinstance(vocab, int) and max(ids) >= vocab:
+        raise PlanError([Diagnostic(doc.locate(path if given else ("models", r.model)),
+                                    f"{field}: {tokenizer.described} gives token id {max(ids)} for {named}, beyond "
+                                    f"the model's vocab_size {vocab}: the tokenizer is not this model's",
+                                    "use the tokenizer the model was trained with")])
+    text = calibration_text.calibration_text(ids, bos, context, samples, named, sha, tokenizer.described)
+    return text
 
 
 def _context(spec: ModelSpec) -> int | None:

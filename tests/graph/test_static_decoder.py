@@ -64,6 +64,29 @@ def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_compu
     assert shapes.methods() == ([("prefill", chunk), ("decode", 1)] if decode == "own" else [("prefill", chunk)])
 
 
+@pytest.mark.parametrize("decode", ["own", "prefill"])
+def test_calibration_reads_text_as_the_driver_does_and_one_graph_in_whole_chunks(tmp_path: Path, decode: str) -> None:
+    """Two methods: half of each sequence in chunks, the rest and the first chunk again one token a call (the
+    decode method sees real caches and few keys). One graph: whole chunks only, no padded one-token steps."""
+    from deployc.graph.decoder import load_decoder
+    from deployc.graph.static_decoder import StaticDecoder, calibration_calls, layout
+    from deployc.plan.build_plan import StaticForm
+
+    save_decoder(tmp_path / "llama", "llama")
+    cached = load_decoder(tmp_path / "llama", 48)
+    shapes = layout(cached, StaticForm(prefill=8, context=48, decode=decode))  # type: ignore[arg-type]
+    sequences = [list(range(3, 35)), list(range(40, 60))]  # 32 and 20 tokens
+    calls = calibration_calls(StaticDecoder(cached, 48).eval(), shapes, sequences)
+    if decode == "own":
+        # 32: 2 chunks of its first 16, 16 one-token calls, 8 more from position 0; 20: 2 chunks (10), 10, 8.
+        assert {n: len(c) for n, c in calls.items()} == {"prefill": 4, "decode": 16 + 8 + 10 + 8}
+    else:
+        assert {n: len(c) for n, c in calls.items()} == {"prefill": 4 + 3}  # 32 = 4 chunks; 20 = 3, the last padded
+        tokens = [c[0][0].tolist() for c in calls["prefill"]]
+        assert tokens[0] == list(range(3, 11)) and tokens[4] == list(range(40, 48))
+        assert tokens[6] == [56, 57, 58, 59, 0, 0, 0, 0]
+
+
 def test_a_call_beyond_the_context_is_refused_before_the_program_runs() -> None:
     from deployc.core.static_decoder import StaticDecoderLayout
     from deployc.pipeline.host.static_decoding import StaticDecoding
@@ -126,6 +149,8 @@ def test_a_decoder_without_its_static_form_is_planned_on_the_cpu_with_the_reason
 
 def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli) -> None:
     from deployc.load.project import load_project
+    from deployc.plan import calibration_text
+    from deployc.plan.heldout import text_ids
     from deployc.plan.planner import make_plan
     from deployc.plan.toolchain import detect
 
@@ -138,7 +163,56 @@ def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli)
     assert [(d.name, d.min, d.max) for d in unit.export.dims] == [("seq", 1, 40)]  # judged within the context
     r = cli("plan", str(manifest))
     assert ("llm on snapdragon (npu): static form: a prefill method of 8 tokens a call and a decode method of 1, KV "
-            "caches of 40 positions in and out; calibrated on the held-out text through the same driver") in r.out
+            "caches of 40 positions in and out; calibrated on 8 stretches of 40 tokens of deployc's calibration sample "
+            "(deployc/plan/calibration_sample.txt) through the same driver") in r.out
+    assert unit.quantize.text is not None and unit.export.text is not None
+    assert unit.quantize.text.file == "deployc's calibration sample (deployc/plan/calibration_sample.txt)"
+    assert [len(s) for s in unit.quantize.text.sequences] == [40] * 8
+    # Consecutive stretches of the sample's tokens, each after the model's bos.
+    ids = text_ids(calibration_text.DEFAULT_SAMPLE, tmp_path / "project" / "hf" / "llama" / "tokenizer.json")
+    bos = unit.lower.constants["bos_id"]
+    assert unit.quantize.text.sequences == [[bos, *ids[j * 39:(j + 1) * 39]] for j in range(8)]
+
+
+CALIBRATED = LLM.replace("w8a8", "{scheme: w8a8, calibration: {text: %s}}") + "    npu: {prefill: 8, context: 40}\n"
+QUOTE = "The harbour town woke slowly in winter. Before the sun cleared the hills, the bakers had already lit"
+
+
+@pytest.mark.parametrize(("text", "verify", "message"), [
+    ("held.txt", "held.txt", "m.yaml:9:54: error: models.llm.quantization.calibration.text: held.txt is the held-out "
+                             "text the program is judged on: its figures would be measured on what the quantizer saw"),
+    ("quoting.txt", None, "m.yaml:9:54: error: models.llm.quantization.calibration.text: quoting.txt shares 12 words "
+                          "in a row with the held-out text deployc's sample (deployc/plan/heldout_sample.txt) (\"The "
+                          "harbour town woke slowly in winter. Before the sun cleared the\"): the program would "
+                          "be judged on text the quantizer saw"),
+    ("short.txt", None, "m.yaml:9:54: error: models.llm.quantization.calibration.text: short.txt gives 60 tokens with "
+                        "hf/llama/tokenizer.json; 8 calibration samples of 40 tokens take 312"),
+])
+def test_a_calibration_text_the_program_would_be_judged_on_is_a_located_error(tmp_path: Path, text: str,
+                                                                              verify: str | None, message: str,
+                                                                              cli) -> None:
+    manifest = _project(tmp_path, CALIBRATED % text + (f"    verify: {{text: {verify}}}\n" if verify else ""))
+    words = " ".join(["ledger", "lathe", "pivot"] * 20)
+    long = "\n".join(f"{words} {i}" for i in range(20))
+    (manifest.parent / text).write_text({"quoting.txt": f"{long} {QUOTE}", "short.txt": words}.get(text, long))
+    r = cli("plan", str(manifest))
+    assert r.code == 2 and message in r.err, r.err
+
+
+@pytest.mark.parametrize(("model_text", "message"), [
+    (CALIBRATED % "missing.txt", "m.yaml:9:54: error: models.llm.quantization.calibration.text: missing.txt is not a "
+                                 "file next to the manifest"),
+    (LLM.replace("w8a8", "{scheme: w8a8, calibration: {text: a.txt, dataset: b.pt}}"),
+     "give `text` (a decoder's calibration text) or `dataset` (tensors), not both"),
+    ("  mlp:\n    source: {factory: 'models.small:mlp'}\n    inputs: {x: {shape: [1, 64]}}\n"
+     "    quantization: {scheme: w8a8, calibration: {text: a.txt}}\n",
+     "models.mlp.quantization.calibration.text: a calibration text is for text-generation models; this one's task "
+     "is other"),
+])
+def test_a_calibration_text_out_of_place_is_a_located_error(tmp_path: Path, model_text: str, message: str,
+                                                             cli) -> None:
+    r = cli("validate", str(_project(tmp_path, model_text)))
+    assert r.code == 2 and message in r.err, r.err
 
 
 NPU_DECODER = """\

@@ -125,6 +125,7 @@ class BackendBase:
             calibration_samples=(cal.samples if cal else DEFAULT_CALIBRATION_SAMPLES) if scheme.calibrated else None,
             calibration_seed=(cal.seed if cal else 0) if scheme.calibrated else None,
             calibration_dataset=cal.dataset if cal and scheme.calibrated else None,
+            calibration_text=cal.text if cal and scheme.calibrated else None,
             float_fallback=quant.float_fallback or None if scheme.calibrated and self.float_fallback else None,
         )
 
