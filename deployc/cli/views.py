@@ -142,6 +142,7 @@ def _plan_text_judging(console: Console, build_plan: BuildPlan) -> None:
 
 
 def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
+    from deployc.plan.heldout import PROMPTS
     from deployc.plan.static_checks import verification_calls
 
     for u in build_plan.units():
@@ -157,6 +158,13 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
             calls = verification_calls(u)
             checked = ("; verification: " + ", ".join(f"{n} {name} calls" for name, n in calls.items() if n)
                        if calls else "")
+            v = u.verify
+            if v.estimate_s is not None and v.budget_s is not None:
+                fewer = f", {v.prompts} of {PROMPTS} greedy prompts to fit" if v.prompts < PROMPTS else ""
+                over = (": over budget even so (the held-out windows and the points are always judged)"
+                        if v.estimate_s > v.budget_s else "")
+                checked += (f", about {v.estimate_s:.0f} s on the emulator by the plan's estimate (budget "
+                            f"{v.budget_s:.0f} s){fewer}{over}")
             console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
                            f"tokens a call and {decode}, KV caches of {form.context} positions in and out{calibrated}"
                            f"{checked}")

@@ -22,23 +22,24 @@ from deployc.plan.heldout import seeded_prompt_lengths
 Call = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs)
 
 
-def _prompts(export: Export, generate: int, context: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _prompts(export: Export, generate: int, context: int, seed: int, count: int
+             ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if export.text is not None:
         return [(torch.tensor([p], dtype=torch.int64), torch.arange(len(p), dtype=torch.int64))
                 for p in export.text.prompts]
     seq = next(d for d in export.dims if d.name == "seq")
     out = []
-    for i, length in enumerate(seeded_prompt_lengths(seq.min, seq.max, context, generate)):
+    for i, length in enumerate(seeded_prompt_lengths(seq.min, seq.max, context, generate, count)):
         tokens, positions = make_inputs(export.inputs, {"seq": length}, seed + 101 + i)
         out.append((tokens, positions))
     return out
 
 
-def generation_checks(model: Any, export: Export, generate: int, context: int,
-                      seed: int) -> list[tuple[list[Call], list[list[Any]]]]:
+def generation_checks(model: Any, export: Export, generate: int, context: int, seed: int,
+                      prompts: int) -> list[tuple[list[Call], list[list[Any]]]]:
     """Per prompt: the calls (prefill, then one decode per chosen token) and eager's outputs of each."""
     out = []
-    for tokens, positions in _prompts(export, generate, context, seed):
+    for tokens, positions in _prompts(export, generate, context, seed, prompts):
         length = tokens.shape[-1]
         calls: list[Call] = [("forward", {"seq": length}, [tokens, positions])]
         refs: list[list[Any]] = []

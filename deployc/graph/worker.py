@@ -263,7 +263,8 @@ def _text_calls(b: Build, calls: Calls) -> list[list[tuple[str, dict[str, int], 
     windows = []
     context = int(b.unit.lower.constants.get("max_seq_len", 0))
     one_graph = export.static is not None and export.static.decode == "prefill"
-    for more, refs in generation_checks(b.model, export, b.unit.verify.generate, context, export.seed):
+    for more, refs in generation_checks(b.model, export, b.unit.verify.generate, context, export.seed,
+                                        b.unit.verify.prompts):
         if one_graph:  # the same tokens fed in prefill chunks: its one graph, a call per chunk
             more, refs = scored(more, refs)
         calls.sequences.append(list(range(len(calls.checks), len(calls.checks) + len(more))))

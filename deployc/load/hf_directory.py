@@ -263,6 +263,20 @@ def decoder_config_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
+def decoder_parameters(config: dict[str, Any]) -> int:
+    """A decoder config's weights (decoder_config_problem found none missing): the embedding table, each layer's
+    attention, MLP and norms, the final norm and an untied output layer."""
+    hidden, layers, inter, vocab = (int(config[k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                                             "vocab_size"))
+    heads = int(config["num_attention_heads"])
+    kv = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    attention = hidden * head_dim * (2 * heads + 2 * kv)
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    tied = config.get("tie_word_embeddings", True) is not False
+    return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
+
+
 def _token_ids(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]

@@ -143,6 +143,10 @@ class VerifySpec(Frozen):
                                   "neighbours among the other samples that the program finds as eager fp32 does, at "
                                   "least (default: the scheme's min_top1)")
     topk: Annotated[int, Field(ge=1, le=100)] = Field(default=5, description="neighbours compared per sample")
+    seconds: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="a decoder in the static form verified on an emulator (QNN's HTP, seconds a "
+                                  "call): the seconds its verification may take by the plan's estimate; the plan "
+                                  "judges fewer greedy prompts (at least 1) to fit, and says so (default 300)")
     allow_float_ops: bool = Field(default=False, description="on a unit whose profile says int8_only: accept a "
                                   "program with operators left outside the unit's int8 kernels (float or portable "
                                   "compute); by default such a program fails, naming them")

@@ -182,6 +182,11 @@ class Verify(Frozen):
     max_abs: float | None
     generate: int = 0  # greedy tokens per fixed prompt compared with eager (text-generation programs); 0: none
     min_tokens: int = 0  # of them, how many leading ones must match
+    prompts: int = 8  # greedy parity prompts (fewer where a static decoder's verification must fit its budget)
+    # A decoder in the static form verified on an emulator: the seconds its verification may take, and the plan's
+    # estimate of them (plan/static_checks.py); None elsewhere, or without a parameter count to estimate from.
+    budget_s: float | None = None
+    estimate_s: float | None = None
     # Text-generation programs judged on held-out text (Export.text): the program's perplexity over
     # eager fp32's, the mean KL divergence of its next-token distribution from eager's, the share of
     # positions where both pick the same most likely token.

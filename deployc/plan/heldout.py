@@ -20,7 +20,7 @@ DEFAULT_SAMPLE = Path(__file__).with_name("heldout_sample.txt")  # English prose
 SAMPLE_NAME = "deployc's sample (deployc/plan/heldout_sample.txt)"
 WINDOWS = 4  # scored stretches of the text, each fed from position 0
 WINDOW = 64  # positions scored per window (fewer when the context is shorter)
-PROMPTS = 8  # greedy parity prompts
+PROMPTS = 8  # greedy parity prompts (fewer where a static decoder's verification must fit its budget)
 PROMPT = 16  # tokens per prompt (fewer when the context leaves no room for the generated ones)
 MAX_CHARS = 1 << 16  # of a long file only the beginning is tokenized; its whole content is hashed
 
@@ -78,19 +78,19 @@ def prompt_length(context: int, seq_max: int, generate: int) -> int:
 # Seeded prompts' lengths (cycled over the prompts), clamped to what the seq dim and the KV cache allow: a
 # decoder without a tokenizer is judged by greedy parity from these.
 SEEDED_PROMPT_LENGTHS = (5, 12)
-SEEDED_PROMPTS = 8
 
 
-def seeded_prompt_lengths(seq_min: int, seq_max: int, context: int, generate: int) -> list[int]:
+def seeded_prompt_lengths(seq_min: int, seq_max: int, context: int, generate: int, count: int = PROMPTS
+                          ) -> list[int]:
     top = min(seq_max, context - generate)
     if top < seq_min:
         return []
     return [min(max(SEEDED_PROMPT_LENGTHS[i % len(SEEDED_PROMPT_LENGTHS)], seq_min), top)
-            for i in range(SEEDED_PROMPTS)]
+            for i in range(count)]
 
 
 def held_out(ids: list[int], bos: int | None, context: int, seq_max: int, generate: int, file: str, sha256: str,
-             tokenizer: str) -> HeldOutText:
+             tokenizer: str, prompts: int = PROMPTS) -> HeldOutText:
     """`ids` has at least needed(context) tokens (the caller says where it has not)."""
     length = window_length(context)
     windows = []
@@ -99,8 +99,8 @@ def held_out(ids: list[int], bos: int | None, context: int, seq_max: int, genera
         windows.append([bos, *ids[start: start + length]] if bos is not None else ids[start: start + length + 1])
     p = prompt_length(context, seq_max, generate)
     room = max(len(ids) - p, 0)
-    prompts = []
-    for j in range(PROMPTS):
-        start = j * room // PROMPTS
-        prompts.append([bos, *ids[start: start + p - 1]] if bos is not None else ids[start: start + p])
-    return HeldOutText(file=file, sha256=sha256, tokenizer=tokenizer, windows=windows, prompts=prompts)
+    chosen = []
+    for j in range(prompts):
+        start = j * room // prompts
+        chosen.append([bos, *ids[start: start + p - 1]] if bos is not None else ids[start: start + p])
+    return HeldOutText(file=file, sha256=sha256, tokenizer=tokenizer, windows=windows, prompts=chosen)

