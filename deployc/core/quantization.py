@@ -73,6 +73,10 @@ class Recipe(Frozen):
     calibration_dataset_sha256: str | None = None
     calibration_text: str | None = None  # a decoder's, relative to the manifest; None: deployc's sample
     float_fallback: float | None = None  # the share of quantized operators the build may leave float; None: none
+    # Static activation ranges widened beyond the calibrated ones where the backend does so (QNN's 16-bit
+    # activations: twice theirs), against inputs beyond random calibration samples; not for a decoder calibrated
+    # on text, whose residual stream's range (SmolLM2: -850..24,900) leaves each bit precious.
+    widen_ranges: bool = True
 
 
 # The manifest's `quantization:` field (a model's, or an override's): read by the schema, the planner

@@ -477,9 +477,11 @@ class _ScoresAndSdpa(torch.nn.Module):
         return by_hand, torch.nn.functional.scaled_dot_product_attention(h, k, k)
 
 
-def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_its_own() -> None:
+@pytest.mark.parametrize("widen", [True, False])
+def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_its_own(widen: bool) -> None:
     """16-bit ranges from zero doubled (the MinMax ranges of 16 calibration samples clipped BEiT's, Swin V2's,
-    PVT v2's tails on the NPU); a softmax's input keeps its range, SDPA's softmax included."""
+    PVT v2's tails on the NPU); a softmax's input keeps its range, SDPA's softmax included. A recipe that does
+    not widen (a decoder calibrated on text) keeps every calibrated range."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from deployc.core.quantization import Recipe
@@ -490,7 +492,7 @@ def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_
     x = (torch.rand(1, 6, 4) + 0.5, torch.rand(1, 6, 4) - 0.5)
     model = _ScoresAndSdpa().eval()
     prepared = prepare_pt2e(torch.export.export(model, x).module(),
-                            BACKEND.quantizer(Recipe(scheme="16a8w", method="pt2e"), {}))
+                            BACKEND.quantizer(Recipe(scheme="16a8w", method="pt2e", widen_ranges=widen), {}))
     prepared(*x)
     softmaxes = [n for n in prepared.graph.nodes if "softmax" in str(n.target)]
     assert {str(n.target) for n in softmaxes} == {"aten.softmax.int", "aten._safe_softmax.default"}
@@ -502,7 +504,8 @@ def test_a_16_bit_activation_has_twice_its_calibrated_range_and_a_softmax_input_
     quantize = next(iter(linear.users))
     h = model.proj(x[0]).detach()
     span = float(h.max().clamp(min=0) - h.min().clamp(max=0))
-    assert quantize.args[1] == pytest.approx(ACTIVATION_HEADROOM_16BIT * span / 65535, rel=1e-4)
+    factor = ACTIVATION_HEADROOM_16BIT if widen else 1.0
+    assert quantize.args[1] == pytest.approx(factor * span / 65535, rel=1e-4)
     for got, want in zip(converted(*x), model(*x)):
         torch.testing.assert_close(got, want, atol=2e-3, rtol=0)
 

@@ -168,6 +168,8 @@ def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli)
     assert unit.quantize.text is not None and unit.export.text is not None
     assert unit.quantize.text.file == "deployc's calibration sample (deployc/plan/calibration_sample.txt)"
     assert [len(s) for s in unit.quantize.text.sequences] == [40] * 8
+    # Ranges calibrated on text are used as calibrated; seeded random calibration keeps QNN's widening.
+    assert unit.quantize.recipe.widen_ranges is False and "over their calibrated range" in unit.quantize.description
     # Consecutive stretches of the sample's tokens, each after the model's bos.
     ids = text_ids(calibration_text.DEFAULT_SAMPLE, tmp_path / "project" / "hf" / "llama" / "tokenizer.json")
     bos = unit.lower.constants["bos_id"]

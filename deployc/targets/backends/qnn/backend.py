@@ -78,7 +78,9 @@ class Qnn(BackendBase):
         if recipe.method == "pt2e":
             sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
             return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, per-channel weights, MinMax "
-                    f"activation observers, 16-bit activations over twice their calibrated range, softmax inputs "
+                    f"activation observers, 16-bit activations over "
+                    f"{'twice their calibrated range' if recipe.widen_ranges else 'their calibrated range'}, "
+                    f"softmax inputs "
                     f"at their own range and a step of at least 2^-16), calibrated; HTP for {soc}")
         return f"HTP fp16 for {soc}"
 
@@ -131,6 +133,7 @@ class Qnn(BackendBase):
                     "act_observer": MinMaxObserver}
 
         quantizer = adjusted(QnnQuantizer)()
+        quantizer.widen_ranges = recipe.widen_ranges
         quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
         quantizer.rewrite_clamps = recipe.scheme.startswith("16")  # clamps with 16-bit activations
         if activation_bits is None:

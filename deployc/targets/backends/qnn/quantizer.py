@@ -47,12 +47,13 @@ def op_kind(node: Any) -> str:
 def adjusted(base: type) -> type:
     """QnnQuantizer, with every softmax's input (and its producer's output) observed at a step of at least
     SOFTMAX_MIN_SCALE, every other 16-bit activation over ACTIVATION_HEADROOM_16BIT times its calibrated
-    range, and graph_rewrites run before annotation (docs/qnn.md, rewrites)."""
+    range (unless `widen_ranges` is off: a decoder calibrated on text), and graph_rewrites run before
+    annotation (docs/qnn.md, rewrites)."""
     import dataclasses
 
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
 
-    def rebuilt(spec: Any, floor: bool) -> Any:
+    def rebuilt(spec: Any, floor: bool, widen: bool) -> Any:
         if not isinstance(spec, QuantizationSpec):
             return spec
         made = spec.observer_or_fake_quant_ctr  # an observer class, or a partial of one (QNN's eps in it)
@@ -60,12 +61,13 @@ def adjusted(base: type) -> type:
         cls, kwargs = (partial.func, dict(partial.keywords)) if partial is not None else (made, {})
         if floor:
             kwargs["eps"] = max(float(kwargs.get("eps", 0.0)), SOFTMAX_MIN_SCALE)
-        elif spec.quant_max is not None and spec.quant_max > 255 and cls in (_minmax(), _concat()):
+        elif widen and spec.quant_max is not None and spec.quant_max > 255 and cls in (_minmax(), _concat()):
             cls = headroom_observer(cls)
         return dataclasses.replace(spec, observer_or_fake_quant_ctr=cls.with_args(**kwargs))
 
     class Quantizer(base):
         rewrite_clamps = False
+        widen_ranges = True  # Recipe.widen_ranges
 
         def transform_for_annotation(self, model: Any) -> Any:
             shared_heads_as_gqa(model)
@@ -84,9 +86,9 @@ def adjusted(base: type) -> type:
                 if node.op != "call_function" or ours is None:
                     continue
                 softmax = op_kind(node) in _SOFTMAX
-                ours.input_qspec_map = {k: rebuilt(v, softmax and k is node.args[0])
+                ours.input_qspec_map = {k: rebuilt(v, softmax and k is node.args[0], self.widen_ranges)
                                         for k, v in ours.input_qspec_map.items()}
-                ours.output_qspec = rebuilt(ours.output_qspec, node in softmax_inputs)
+                ours.output_qspec = rebuilt(ours.output_qspec, node in softmax_inputs, self.widen_ranges)
             return model
 
     return Quantizer
