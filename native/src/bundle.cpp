@@ -289,7 +289,17 @@ Failure Bundle::load(const std::string& program, const std::string& method, doub
   return {};
 }
 
-Failure Bundle::check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<Array>& inputs) const {
+namespace {
+std::vector<const Array*> views(const std::vector<Array>& arrays) {
+  std::vector<const Array*> out;
+  out.reserve(arrays.size());
+  for (const auto& a : arrays) out.push_back(&a);
+  return out;
+}
+}  // namespace
+
+Failure Bundle::check_inputs(const ProgramSpec& p, const MethodSpec& m,
+                             const std::vector<const Array*>& inputs) const {
   if (inputs.size() != m.inputs.size()) {
     std::ostringstream msg;
     msg << p.name << "." << m.name << " takes " << m.inputs.size() << " input(s), got " << inputs.size();
@@ -297,7 +307,7 @@ Failure Bundle::check_inputs(const ProgramSpec& p, const MethodSpec& m, const st
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& spec = m.inputs[i];
-    const auto& a = inputs[i];
+    const auto& a = *inputs[i];
     if (a.dtype != spec.dtype) return fail(2, p.name + " input " + spec.name + ": dtype " + a.dtype + ", declared " + spec.dtype);
     if (a.shape.size() != spec.shape.size())
       return fail(2, p.name + " input " + spec.name + ": rank " + std::to_string(a.shape.size()) + ", declared " +
@@ -337,6 +347,16 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
     if (milliseconds) *milliseconds = now_ms() - start;
     return f;
   }
+  return run(program, method, views(inputs), outputs, milliseconds);
+}
+
+Failure Bundle::run(const std::string& program, const std::string& method, const std::vector<const Array*>& inputs,
+                    std::vector<Array>& outputs, double* milliseconds) {
+  if (Failure f = load(program, method)) return f;
+  const ProgramSpec* p = nullptr;
+  for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
+  const MethodSpec* m = p->method(method);
+  if (!m) return fail(2, program + " has no method " + method);
   if (Failure f = check_inputs(*p, *m, inputs)) return f;
   double start = now_ms();
   StdoutToStderr quiet(p->backend == "qnn");
@@ -347,9 +367,15 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
 
 Failure execute(Module& module, const std::string& label, const std::string& method, const std::vector<Array>& inputs,
                 std::vector<Array>& outputs) {
+  return execute(module, label, method, views(inputs), outputs);
+}
+
+Failure execute(Module& module, const std::string& label, const std::string& method,
+                const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
   std::vector<executorch::extension::TensorPtr> tensors;
   std::vector<EValue> values;
-  for (const auto& a : inputs) {
+  for (const Array* input : inputs) {
+    const Array& a = *input;
     std::vector<executorch::aten::SizesType> sizes(a.shape.begin(), a.shape.end());
     tensors.push_back(executorch::extension::make_tensor_ptr(sizes, const_cast<uint8_t*>(a.data.data()),
                                                              scalar_type(a.dtype)));

@@ -33,6 +33,9 @@ class Bundle {
   // decoder in the static form also answers "forward" (the decoder interface), through its driver.
   Failure run(const std::string& program, const std::string& method, const std::vector<Array>& inputs,
               std::vector<Array>& outputs, double* milliseconds = nullptr);
+  // A declared method on inputs held by the caller, not copied (a static decoder's KV caches, tens of MB).
+  Failure run(const std::string& program, const std::string& method, const std::vector<const Array*>& inputs,
+              std::vector<Array>& outputs, double* milliseconds = nullptr);
   // The XNNPACK threadpool's size: open() applies the largest `threads` the config declares (0 leaves
   // the runtime's default, one thread per performant core); an app or --threads may override it.
   void set_threads(int threads);
@@ -47,7 +50,7 @@ class Bundle {
  private:
   struct Loaded;
   Bundle() = default;
-  Failure check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<Array>& inputs) const;
+  Failure check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<const Array*>& inputs) const;
   std::string dir_;
   bool trace_events_ = false;
   RuntimeConfig config_;
@@ -57,6 +60,9 @@ class Bundle {
 
 // Runs one method of a loaded program on the given inputs (no checks against a config: Bundle::run makes
 // those); `label` names the program in the failure.
+Failure execute(executorch::extension::module::Module& module, const std::string& label, const std::string& method,
+                const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+// The same on inputs held in a vector.
 Failure execute(executorch::extension::module::Module& module, const std::string& label, const std::string& method,
                 const std::vector<Array>& inputs, std::vector<Array>& outputs);
 

@@ -26,7 +26,7 @@ class StaticDecoding {
   Bundle& bundle_;
   std::string program_;
   StaticDecoderSpec spec_;
-  std::vector<std::vector<float>> k_, v_;  // per layer: [1, kv_heads, context, head_dim]
+  std::vector<Array> k_, v_;  // per layer: float32 [1, kv_heads, context, head_dim], the methods' inputs as they are
 };
 
 }  // namespace deployc
