@@ -78,6 +78,7 @@ def render_plan(console: Console, build_plan: BuildPlan, status: Mapping[str, st
     _plan_derived(console, build_plan)
     _plan_text_judging(console, build_plan)
     _plan_static_forms(console, build_plan)
+    _plan_calibration_texts(console, build_plan)
     _plan_beyond_this_runtime(console, build_plan)
     _plan_budget_estimates(console, build_plan)
     _plan_indexes(console, build_plan, status)
@@ -141,6 +142,19 @@ def _plan_text_judging(console: Console, build_plan: BuildPlan) -> None:
             console.result(f"  {u.model}: verified {text}, {u.verify.generate} tokens each")
 
 
+def _stretches(u: UnitPlan) -> str:
+    cal = u.quantize.text
+    return (f"{len(cal.sequences)} stretches of {len(cal.sequences[0])} tokens of {cal.file}" if cal
+            else "seeded token ids")
+
+
+def _plan_calibration_texts(console: Console, build_plan: BuildPlan) -> None:
+    """What a calibrated decoder outside the static form is calibrated on (a static form says it in its line)."""
+    for u in build_plan.units():
+        if u.quantize.text is not None and u.export.static is None:
+            console.result(f"  {u.model} on {u.target} ({u.unit}): calibrated on {_stretches(u)}, each as a prompt")
+
+
 def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
     from deployc.plan.heldout import PROMPTS
     from deployc.plan.static_checks import verification_calls
@@ -148,11 +162,8 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
     for u in build_plan.units():
         form = u.export.static
         if form is not None:
-            cal = u.quantize.text
-            source = (f"{len(cal.sequences)} stretches of {len(cal.sequences[0])} tokens of {cal.file}" if cal
-                      else "seeded token ids")
-            calibrated = (f"; calibrated on {source} through the same driver" if u.quantize.recipe.method == "pt2e"
-                          else "")
+            calibrated = (f"; calibrated on {_stretches(u)} through the same driver"
+                          if u.quantize.recipe.method == "pt2e" else "")
             decode = ("each new token through it (one graph, the weights once)" if form.decode == "prefill"
                       else "a decode method of 1")
             calls = verification_calls(u)

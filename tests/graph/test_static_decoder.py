@@ -201,6 +201,26 @@ def test_a_calibration_text_the_program_would_be_judged_on_is_a_located_error(tm
     assert r.code == 2 and message in r.err, r.err
 
 
+def test_a_cpu_decoder_in_a_calibrated_scheme_is_calibrated_on_its_text_too(tmp_path: Path, cli) -> None:
+    """XNNPACK's w8a8: each stretch's first tokens as one prompt, at the export's length."""
+    from deployc.graph.inputs import export_point
+    from deployc.graph.quantize import calibration_samples
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
+
+    manifest = _project(tmp_path, LLM, targets="[arduino_q]")
+    r = cli("plan", str(manifest))
+    assert ("llm on arduino_q (cpu): calibrated on 8 stretches of 64 tokens of deployc's calibration sample "
+            "(deployc/plan/calibration_sample.txt), each as a prompt") in r.out, r.out
+    [unit] = make_plan(load_project(manifest), detect()).units()
+    assert unit.quantize.text is not None and unit.export.static is None
+    samples = calibration_samples(unit.quantize.recipe, unit.export, manifest.parent, unit.quantize.text)
+    length = export_point(unit.export.dims)["seq"]
+    assert [s[0][0].tolist() for s in samples] == [ids[:length] for ids in unit.quantize.text.sequences]
+    assert all(s[1].tolist() == list(range(length)) for s in samples)
+
+
 @pytest.mark.parametrize(("model_text", "message"), [
     (CALIBRATED % "missing.txt", "m.yaml:9:54: error: models.llm.quantization.calibration.text: missing.txt is not a "
                                  "file next to the manifest"),
