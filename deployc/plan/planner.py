@@ -85,7 +85,14 @@ class _Inputs:
         self.files: dict[str, HashedFile] = {}
         self.hashes = hashes
         self.sources: dict[str, tuple[list[SourceFile], dict[str, str]]] = {}  # factory module -> files, packages
-        self.texts: dict[tuple[str, str], list[int]] = {}  # (held-out text, tokenizer) -> ids
+        self._texts: dict[tuple[str, str], list[int]] = {}  # (text file, tokenizer) -> ids
+
+    def text_ids(self, text: Path, tokenizer: Path) -> list[int]:
+        """A held-out or calibration text's ids in a tokenizer, tokenized once per plan."""
+        memo = (str(text), str(tokenizer))
+        if memo not in self._texts:
+            self._texts[memo] = heldout.text_ids(text, tokenizer)
+        return self._texts[memo]
 
     def add(self, path: Path, role: str, sha256: str | None = None) -> str:
         key = str(path.resolve())
@@ -556,10 +563,7 @@ def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[Di
     file = project.folder / given if given else heldout.DEFAULT_SAMPLE
     sha = inputs.add(file, "held-out text")
     inputs.add(tokenizer.path, "tokenizer")
-    memo = (str(file), str(tokenizer.path))
-    if memo not in inputs.texts:
-        inputs.texts[memo] = heldout.text_ids(file, tokenizer.path)
-    ids = inputs.texts[memo]
+    ids = inputs.text_ids(file, tokenizer.path)
     context = spec.constants["max_seq_len"]
     assert isinstance(context, int), context  # _generated_tokens is 0 otherwise
     doc, base = project.doc, ("models", r.model)
@@ -585,7 +589,7 @@ def _held_out(project: Project, r: ResolvedModel, spec: ModelSpec, dims: list[Di
 
 def _calibration_text(c: _Candidate, judged: HeldOutText | None) -> CalibrationText | None:
     """What a calibrated decoder's quantizer observes: the manifest's calibration text or deployc's sample,
-    tokenized, sharing no run of tokens with the text it is judged on. None: a scheme without calibration, or a
+    tokenized, quoting no run of words of the text it is judged on. None: a scheme without calibration, or a
     decoder with no tokenizer (calibrated on seeded token ids, as the plan says)."""
     recipe, project, r = c.recipe, c.project, c.r
     given = recipe.calibration_text
@@ -615,10 +619,7 @@ def _calibration_text(c: _Candidate, judged: HeldOutText | None) -> CalibrationT
                                     f"{field}: {named} shares {calibration_text.SHARED_WORDS} words in a row with the "
                                     f"held-out text {judged.file} (\"{run}\"): the program would be judged on text "
                                     "the quantizer saw", "calibrate on text the held-out text does not quote")])
-    memo = (str(file), str(tokenizer.path))
-    if memo not in c.inputs.texts:
-        c.inputs.texts[memo] = heldout.text_ids(file, tokenizer.path)
-    ids = c.inputs.texts[memo]
+    ids = c.inputs.text_ids(file, tokenizer.path)
     context = c.spec.constants["max_seq_len"]
     assert isinstance(context, int), context  # a decoder's
     bos = c.spec.constants.get("bos_id")
