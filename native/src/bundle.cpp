@@ -347,7 +347,7 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
     if (milliseconds) *milliseconds = now_ms() - start;
     return f;
   }
-  return run(program, method, views(inputs), outputs, milliseconds);
+  return call(*p, *m, views(inputs), outputs, milliseconds);
 }
 
 Failure Bundle::run(const std::string& program, const std::string& method, const std::vector<const Array*>& inputs,
@@ -357,10 +357,15 @@ Failure Bundle::run(const std::string& program, const std::string& method, const
   for (const auto& candidate : config_.programs) if (candidate.name == program) p = &candidate;
   const MethodSpec* m = p->method(method);
   if (!m) return fail(2, program + " has no method " + method);
-  if (Failure f = check_inputs(*p, *m, inputs)) return f;
+  return call(*p, *m, inputs, outputs, milliseconds);
+}
+
+Failure Bundle::call(const ProgramSpec& p, const MethodSpec& m, const std::vector<const Array*>& inputs,
+                     std::vector<Array>& outputs, double* milliseconds) {
+  if (Failure f = check_inputs(p, m, inputs)) return f;
   double start = now_ms();
-  StdoutToStderr quiet(p->backend == "qnn");
-  Failure f = execute(*loaded_[program]->module, program, method, inputs, outputs);
+  StdoutToStderr quiet(p.backend == "qnn");
+  Failure f = execute(*loaded_[p.name]->module, p.name, m.name, inputs, outputs);
   if (milliseconds) *milliseconds = now_ms() - start;
   return f;
 }

@@ -51,6 +51,9 @@ class Bundle {
   struct Loaded;
   Bundle() = default;
   Failure check_inputs(const ProgramSpec& p, const MethodSpec& m, const std::vector<const Array*>& inputs) const;
+  // A loaded program's declared method: inputs checked, then executed.
+  Failure call(const ProgramSpec& p, const MethodSpec& m, const std::vector<const Array*>& inputs,
+               std::vector<Array>& outputs, double* milliseconds);
   std::string dir_;
   bool trace_events_ = false;
   RuntimeConfig config_;
