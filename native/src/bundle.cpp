@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "sha256.h"
@@ -135,11 +137,34 @@ static void share_xnnpack_workspaces() {
   (void)executorch::runtime::set_option("XnnpackBackend", options.view());  // NotFound: no XNNPACK linked
 }
 
+namespace {
+// runtime.bin checks the files it names, but nothing checks runtime.bin itself: a flipped byte in one of its
+// numbers still decodes. bundle.lock.json records its sha256; a bundle without a lock (an app may drop it)
+// is taken as it is.
+Failure check_config_against_lock(const std::string& dir) {
+  std::ifstream in(dir + "/bundle.lock.json");
+  if (!in) return {};
+  const nlohmann::json lock = nlohmann::json::parse(in, nullptr, false);
+  if (lock.is_discarded() || !lock.contains("files") || !lock["files"].contains("runtime.bin") ||
+      !lock["files"]["runtime.bin"].contains("sha256") || !lock["files"]["runtime.bin"]["sha256"].is_string())
+    return fail(2, dir + "/bundle.lock.json: unreadable, or it lists no sha256 for runtime.bin");
+  if (file_sha256(dir + "/runtime.bin") != lock["files"]["runtime.bin"]["sha256"].get<std::string>())
+    return fail(2, "runtime.bin: sha256 does not match bundle.lock.json");
+  return {};
+}
+}  // namespace
+
 std::unique_ptr<Bundle> Bundle::open(const std::string& dir, Failure& failure, Check check) {
   share_xnnpack_workspaces();
   std::unique_ptr<Bundle> b(new Bundle());
   b->dir_ = dir;
   std::string err = read_runtime_config(dir + "/runtime.bin", b->config_);
+  if (err.empty()) {
+    if (Failure f = check_config_against_lock(dir)) {
+      failure = f;
+      return nullptr;
+    }
+  }
   if (!err.empty()) {
     failure = fail(2, err);
     return nullptr;

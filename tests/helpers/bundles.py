@@ -22,10 +22,15 @@ def flip_weight_byte(bundle: Path, program: str) -> None:
     pte.write_bytes(bytes(data))
     config = json.loads((bundle / "runtime.json").read_text())
     next(p for p in config["programs"] if p["name"] == program)["sha256"] = bytes_sha256(bytes(data))
+    rewrite_config(bundle, config, pte.name)
+
+
+def rewrite_config(bundle: Path, config: dict, *changed: str) -> None:
+    """runtime.json and runtime.bin rewritten as `config`, and the lock made to match them and `changed`."""
     (bundle / "runtime.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (bundle / "runtime.bin").write_bytes(encode(config))
     lock = json.loads((bundle / "bundle.lock.json").read_text())
-    for name in ("runtime.json", "runtime.bin", pte.name):
+    for name in ("runtime.json", "runtime.bin", *changed):
         raw = (bundle / name).read_bytes()
         lock["files"][name] = {"sha256": bytes_sha256(raw), "size": len(raw)}
     (bundle / "bundle.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.bundles import flip_weight_byte
+from helpers.bundles import flip_weight_byte, rewrite_config
 from helpers.projects import REPO, Built, run_subprocess
 
 from deployc.packaging.runtime_config import encode
@@ -166,7 +166,7 @@ def test_native_pipeline_bad_input_exits_2_naming_the_stage(runner: Path, rag: P
         for a in config["assets"]:
             if a["name"] == "wordpiece":
                 a["sha256"] = bytes_sha256(content)
-        (copy / "runtime.bin").write_bytes(encode(config))
+        rewrite_config(copy, config, "assets/tokenizers/wordpiece.json")
         return copy
 
     from tokenizers import Tokenizer, models
@@ -218,6 +218,18 @@ def test_bad_bundles_are_refused_cleanly(runner: Path, suite: Built, tmp_path: P
     (copy / "runtime.bin").write_bytes(b"\x10\x00\x00\x00NOPE" + b"\x00" * 32)
     proc = _native(runner, str(copy))
     assert proc.returncode == 2 and "not a deployc runtime config" in proc.stderr
+
+    # A flipped byte inside one of runtime.bin's numbers still decodes: the lock's sha256 refuses it.
+    copy = _copy(suite, tmp_path / "4")
+    data = bytearray((copy / "runtime.bin").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / "runtime.bin").write_bytes(bytes(data))
+    proc = _native(runner, str(copy))
+    assert proc.returncode == 2, proc.stderr[-800:]
+    assert "runtime.bin" in proc.stderr
+    (copy / "bundle.lock.json").unlink()  # an app may ship without the lock: then runtime.bin is taken as it is
+    (copy / "runtime.bin").write_bytes((suite.bundle("arduino_q") / "runtime.bin").read_bytes())
+    assert _native(runner, str(copy)).returncode == 0
 
 
 def test_native_build_reports_missing_tools(tmp_path: Path, monkeypatch) -> None:
