@@ -166,6 +166,8 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
                           if u.quantize.recipe.method == "pt2e" else "")
             decode = ("each new token through it (one graph, the weights once)" if form.decode == "prefill"
                       else "a decode method of 1")
+            first = (f"; position 0 (bos, token {form.prefix_token}) computed in float at build time, each call "
+                     "from position 1" if form.prefix_token is not None else "")
             calls = verification_calls(u)
             checked = ("; verification: " + ", ".join(f"{n} {name} calls" for name, n in calls.items() if n)
                        if calls else "")
@@ -177,8 +179,8 @@ def _plan_static_forms(console: Console, build_plan: BuildPlan) -> None:
                 checked += (f", about {v.estimate_s:.0f} s on the emulator by the plan's estimate (budget "
                             f"{v.budget_s:.0f} s){fewer}{over}")
             console.result(f"  {u.model} on {u.target} ({u.unit}): static form: a prefill method of {form.prefill} "
-                           f"tokens a call and {decode}, KV caches of {form.context} positions in and out{calibrated}"
-                           f"{checked}")
+                           f"tokens a call and {decode}, KV caches of {form.context} positions in and out{first}"
+                           f"{calibrated}{checked}")
 
 
 def _plan_beyond_this_runtime(console: Console, build_plan: BuildPlan) -> None:

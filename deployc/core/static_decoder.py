@@ -15,6 +15,11 @@ SCORE = "score"
 # Added to the score of a key a query must not see: finite, as in Qualcomm's masks, so that a 16-bit
 # quantized mask keeps its range; exp(-255) is 0 in fp16 and in fp32.
 MASKED = -255.0
+# A decoder built with a first token (StaticDecoderLayout.prefix_token): that token's position 0, computed in
+# float at build time, as the program's constant methods (no inputs): k and v rows float32[layers, kv_heads,
+# head_dim], the logits float32[vocab].
+PREFIX_K, PREFIX_V, PREFIX_LOGITS = "get_prefix_k", "get_prefix_v", "get_prefix_logits"
+PREFIX_METHODS = (PREFIX_K, PREFIX_V, PREFIX_LOGITS)
 MASK_LAYOUT = ("[1, 1, T, context + T]: keys are the cache slots, then the call's T tokens; the query at position "
                "p sees the slots before the call's first position and the call's own tokens up to p")
 
@@ -62,6 +67,11 @@ class StaticDecoderLayout(Frozen):
     # caches at slots input_pos; the mask lets the query at position p see slots < the call's first
     # position and the call's own tokens up to p.
     update: Literal["index_write"] = "index_write"
+    # -1, or the token every prompt starts with (the model's bos): its position 0 is the same in every sequence,
+    # so it was computed in float at build time (PREFIX_METHODS). A call from position 0 whose first token is
+    # this one writes those rows into slot 0 and runs the program from position 1; another first token goes
+    # through the program from position 0.
+    prefix_token: int = -1
 
     def methods(self) -> list[tuple[str, int]]:
         """(name, tokens a call) of each method the program has."""
@@ -70,6 +80,10 @@ class StaticDecoderLayout(Frozen):
 
     def pieces(self, n: int) -> list[tuple[bool, int, int]]:
         return pieces(n, self.chunk, self.decode_method != self.prefill_method)
+
+    def prefixed(self, ids: list[int]) -> int:
+        """How many of `ids` (read from position 0) the build's float prefix answers: 1 or 0."""
+        return int(self.prefix_token >= 0 and len(ids) > 0 and ids[0] == self.prefix_token)
 
     def input_names(self) -> list[str]:
         return (["tokens", "input_pos", "mask"] + [f"k_cache_{i}" for i in range(self.layers)]

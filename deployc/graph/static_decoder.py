@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deployc.core.errors import BuildError
-from deployc.core.static_decoder import MASKED, PREFILL, StaticDecoderLayout
+from deployc.core.static_decoder import MASKED, PREFILL, PREFIX_K, PREFIX_LOGITS, PREFIX_V, StaticDecoderLayout
 from deployc.graph.decoder import Decoder, Layer, rotate_half
 from deployc.plan.build_plan import StaticForm
 
@@ -84,7 +84,8 @@ def layout(decoder: Decoder, form: StaticForm) -> StaticDecoderLayout:
     c = decoder.config
     one = {"decode_method": PREFILL} if form.decode == "prefill" else {}
     return StaticDecoderLayout(chunk=form.prefill, context=form.context, layers=c.layers, kv_heads=c.kv_heads,
-                               head_dim=c.head_dim, **one)
+                               head_dim=c.head_dim, prefix_token=-1 if form.prefix_token is None else form.prefix_token,
+                               **one)
 
 
 def example_inputs(decoder: Decoder, context: int, chunk: int) -> list[torch.Tensor]:
@@ -95,6 +96,21 @@ def example_inputs(decoder: Decoder, context: int, chunk: int) -> list[torch.Ten
     mask[..., context:] = torch.triu(torch.full((chunk, chunk), MASKED), diagonal=1)
     caches = [torch.zeros(cache) for _ in range(2 * c.layers)]
     return [torch.zeros(1, chunk, dtype=torch.int32), torch.arange(chunk, dtype=torch.int32), mask, *caches]
+
+
+def prefix_rows(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[str, torch.Tensor]:
+    """Position 0 of the layout's first token in float, keyed by constant method: k and v [layers, kv_heads,
+    head_dim], logits [vocab]. A Llama's first position carries activations tens of times larger than any
+    other (SmolLM2-135M: 24,926 from its 12th layer, elsewhere at most 1,037 over 1,284 tokens); in the program
+    they would set the 16-bit step of every residual add. Computed here, the program starts at position 1."""
+    inputs = example_inputs(static.decoder, shapes.context, 1)
+    inputs[0][0, 0] = shapes.prefix_token
+    with torch.no_grad():
+        outputs = static(*inputs)
+    layers = shapes.layers
+    return {PREFIX_K: torch.stack([k[0, :, 0] for k in outputs[1:1 + layers]]).contiguous(),
+            PREFIX_V: torch.stack([v[0, :, 0] for v in outputs[1 + layers:]]).contiguous(),
+            PREFIX_LOGITS: outputs[0][0, 0].contiguous()}
 
 
 def static_form(model: torch.nn.Module, form: StaticForm) -> tuple[StaticDecoder, StaticDecoderLayout]:
@@ -118,8 +134,8 @@ def export_static(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[st
             for name, chunk in shapes.methods()}
 
 
-def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequences: list[list[int]]
-                      ) -> dict[str, list[list[torch.Tensor]]]:
+def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequences: list[list[int]],
+                      prefix: dict[str, torch.Tensor] | None = None) -> dict[str, list[list[torch.Tensor]]]:
     """Each method's inputs as the driver makes them when the eager static form reads `sequences`.
 
     Two methods: the first half of each sequence in prefill chunks, the rest one token a call, so the decode
@@ -132,7 +148,10 @@ def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequen
     One graph (npu.decode: prefill): each sequence in whole chunks from position 0. A chunk's rows are what a
     decode step's real row is (a token attending to the cache and itself), its first rows attending to few
     keys; a one-token step would cost a whole chunk's compute for one row, and its padding rows (the last
-    token repeated) would be most of what the observers saw."""
+    token repeated) would be most of what the observers saw.
+
+    With a first token (`prefix`: prefix_rows), a sequence that starts with it has its position 0 from those
+    float rows, as the app's driver does: the observers never see that position's activations."""
     import numpy as np
 
     from deployc.pipeline.host.static_decoding import StaticDecoding
@@ -140,6 +159,8 @@ def calibration_calls(static: StaticDecoder, shapes: StaticDecoderLayout, sequen
     calls: dict[str, list[list[torch.Tensor]]] = {name: [] for name, _ in shapes.methods()}
 
     def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if prefix is not None and method in prefix:  # the build's float rows: what the program will hold
+            return [prefix[method].numpy()]
         tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
         calls[method].append(tensors)
         with torch.no_grad():

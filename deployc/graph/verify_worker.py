@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployc.core.static_decoder import SCORE, StaticDecoderLayout
+from deployc.core.static_decoder import PREFIX_METHODS, SCORE, StaticDecoderLayout
 
 LATENCY_RUNS = 5
 
@@ -76,12 +76,13 @@ def static_forward(program: Any, layout: StaticDecoderLayout, costs: dict[str, l
 
     from deployc.pipeline.host.static_decoding import StaticDecoding
 
-    loaded = {m: program.load_method(m) for m, _ in layout.methods()}
+    prefix = PREFIX_METHODS if layout.prefix_token >= 0 else ()
+    loaded = {m: program.load_method(m) for m in [*(m for m, _ in layout.methods()), *prefix]}
 
     def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         start = time.perf_counter()
         out = [o.numpy() for o in loaded[method]([torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])]
-        if costs is not None:
+        if costs is not None and method not in PREFIX_METHODS:  # the build's rows, read back: not a program call
             costs.setdefault(method, []).append(time.perf_counter() - start)
         return out
 

@@ -104,6 +104,7 @@ class Build:
     fallback: FloatFallback | None = None
     static: Any = None  # a decoder's static form (the module) ...
     shapes: StaticDecoderLayout | None = None  # ... and how an app drives it
+    prefix: dict[str, Any] = field(default_factory=dict)  # ... its first token's rows in float (constant methods)
     executorch: Any = None  # ExecuTorch's program manager
     reference: Any = None  # the lowered forward on the backend's reference kernels, where this host verifies so
     graph: dict[str, Any] = field(default_factory=dict)  # delegation facts of the lowered graphs
@@ -360,7 +361,11 @@ def lower(b: Build) -> None:
     from deployc.graph.lower import lower_program
 
     b.at("lower")
-    b.graph, b.executorch, b.reference = lower_program(b.programs, b.unit.lower, b.unit.quantize.recipe, b.external,
+    step = b.unit.lower
+    if b.prefix:  # the build's own constant methods beside the manifest's
+        step = step.model_copy(update={"constants": {**step.constants, **{k.removeprefix("get_"): v
+                                                                          for k, v in b.prefix.items()}}})
+    b.graph, b.executorch, b.reference = lower_program(b.programs, step, b.unit.quantize.recipe, b.external,
                                                        b.etrecord)
     b.methods = method_facts(b.executorch.executorch_program)
     b.lap("lower")
@@ -387,12 +392,14 @@ def serialize(b: Build) -> None:
 # ---- a decoder in the static form (graph/static_decoder.py) ---------------------------------------------
 def export_static_form(b: Build) -> None:
     """The decoder's prefill and decode methods (or its one method), KV caches in and out."""
-    from deployc.graph.static_decoder import export_static, static_form
+    from deployc.graph.static_decoder import export_static, prefix_rows, static_form
 
     assert b.unit.export.static is not None
     b.at("export")
     b.static, b.shapes = static_form(b.model, b.unit.export.static)
     b.programs = export_static(b.static, b.shapes)
+    if b.shapes.prefix_token >= 0:
+        b.prefix = prefix_rows(b.static, b.shapes)
     b.lap("export")
 
 
@@ -406,7 +413,8 @@ def quantize_static_form(b: Build) -> None:
     if recipe.method != "pt2e" or shapes is None:
         return
     b.at("quantize")
-    calls = calibration_calls(b.static, shapes, _calibration_text(b.unit, b.static.decoder.config.vocab_size))
+    calls = calibration_calls(b.static, shapes, _calibration_text(b.unit, b.static.decoder.config.vocab_size),
+                              b.prefix or None)
     quantizer = BACKENDS[b.unit.backend].quantizer(recipe, b.unit.lower.options)
     for name, chunk in shapes.methods():
         b.programs[name], _, _ = pt2e_quantize(b.programs[name], quantizer, calls[name],

@@ -166,6 +166,12 @@ class NpuDecoding(Frozen):
         default="own", description="own: a decode method of one token a call (its own graph, the weights stored again: "
                                    "the HTP emulator cannot share them); prefill: each new token through the prefill "
                                    "method, padded to its chunk (one graph, the weights once)")
+    prefix: Literal["bos", "none"] | None = Field(
+        default=None, description="bos: position 0, the model's bos token that starts every prompt, computed in "
+                                  "float at build time and stored in the program, so every call starts at position 1 "
+                                  "(the default where the model has a bos token; its first position carries "
+                                  "activations far larger than any other's); none: position 0 through the program "
+                                  "like the rest")
 
 
 class Override(Frozen):

@@ -20,7 +20,7 @@ from flatbuffers.table import Table
 from deployc.core.errors import DeploycError
 
 SCHEMA_PATH = Path(__file__).with_name("runtime_config.fbs")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: static_decoder.prefix_token
 
 _SCALARS: dict[str, tuple[str, Any]] = {  # fbs type -> (Builder.Prepend<X>Slot suffix, number_types flags)
     "bool": ("Bool", nt.BoolFlags), "int": ("Int32", nt.Int32Flags), "uint": ("Uint32", nt.Uint32Flags),

@@ -108,6 +108,9 @@ class StaticForm(Frozen):
     prefill: int
     context: int
     decode: Literal["own", "prefill"] = "own"
+    # The token every prompt starts with (the model's bos), whose position 0 the build computes in float and
+    # stores in the program (npu.prefix: bos); None: position 0 through the program like the rest.
+    prefix_token: int | None = None
 
 
 class Export(Frozen):

@@ -344,10 +344,26 @@ def _candidate(project: Project, r: ResolvedModel, unit: Unit, recipe: Recipe, t
     static = None
     if BACKENDS[unit.backend].static_decoders and is_decoder(spec) and r.npu is not None:
         # The program holds npu.context positions: the decoder is judged, and driven, within them.
-        static = StaticForm(prefill=r.npu.prefill, context=r.npu.context, decode=r.npu.decode)
+        static = StaticForm(prefill=r.npu.prefill, context=r.npu.context, decode=r.npu.decode,
+                            prefix_token=_prefix_token(project, r, spec))
         spec = spec.model_copy(update={"constants": {**spec.constants, "max_seq_len": static.context}})
         dims = [d.model_copy(update={"max": min(d.max, static.context)}) if d.name == "seq" else d for d in dims]
     return _Candidate(project, r, unit, recipe, toolchain, inputs, spec, dims, static)
+
+
+def _prefix_token(project: Project, r: ResolvedModel, spec: ModelSpec) -> int | None:
+    """The model's bos, unless npu.prefix is none; npu.prefix: bos on a model without one is an error."""
+    assert r.npu is not None
+    bos = spec.constants.get("bos_id")
+    if r.npu.prefix == "none":
+        return None
+    if isinstance(bos, int) and not isinstance(bos, bool):
+        return bos
+    if r.npu.prefix == "bos":
+        raise PlanError([Diagnostic(r.npu_at or project.doc.locate(("models", r.model)),
+                                    f"models.{r.model}: npu.prefix is bos, but the model has no bos token "
+                                    "(constants.bos_id)", "declare constants.bos_id, or set npu.prefix: none")])
+    return None
 
 
 def _load_step(c: _Candidate) -> LoadModel:

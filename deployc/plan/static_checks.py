@@ -6,6 +6,7 @@ arithmetic (`pieces`); the build reports each method's calls and seconds, measur
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,13 +30,18 @@ class Judged:
     prompts: Sequence[int]  # the greedy prompts' lengths
     generate: int
     windows: Sequence[int]  # the held-out windows' scored positions
+    # The prompts and windows start with the form's prefix token: the driver answers their position 0 from the
+    # build's float rows, and the program reads the rest. (Seeded points start with a random token.)
+    prefixed: bool = False
 
     def calls(self) -> dict[str, int]:
         one_graph = self.form.decode == "prefill"
         reads = list(self.points)
+        first = int(self.prefixed)
         for length in self.prompts:  # the prompt, then each token eager chose: in chunks (one graph), else a call each
-            reads += [length + self.generate - 1] if one_graph else [length] + [1] * (self.generate - 1)
-        reads += list(self.windows)
+            reads += ([length + self.generate - 1 - first] if one_graph
+                      else [length - first] + [1] * (self.generate - 1))
+        reads += [w - first for w in self.windows]
         return driver_calls(reads, self.form.prefill, not one_graph)
 
 
@@ -50,7 +56,10 @@ def judged(export: Export, v: Verify, context: int) -> Judged | None:
         prompts = ([len(p) for p in text.prompts] if text is not None
                    else seeded_prompt_lengths(seq.min, seq.max, context, v.generate, v.prompts))
         windows = [len(w) - 1 for w in text.windows] if text is not None else []
-    return Judged(form, [point.get("seq", 1) for point in v.points] * v.inputs, prompts, v.generate, windows)
+    prefixed = (text is not None and form.prefix_token is not None
+                and all(w[0] == form.prefix_token for w in [*text.windows, *text.prompts]))
+    return Judged(form, [point.get("seq", 1) for point in v.points] * v.inputs, prompts, v.generate, windows,
+                  prefixed)
 
 
 def verification_calls(unit: UnitPlan) -> dict[str, int]:
@@ -68,7 +77,7 @@ def fitting_prompts(j: Judged, weights: int, budget_s: float) -> int:
     """How many of the judged prompts (the first ones; at least 1) the verification can read within the budget.
     The points and the held-out windows are always read: they are the figures the unit is gated on."""
     for n in range(len(j.prompts), 1, -1):
-        if estimate_s(Judged(j.form, j.points, j.prompts[:n], j.generate, j.windows).calls(), weights) <= budget_s:
+        if estimate_s(dataclasses.replace(j, prompts=j.prompts[:n]).calls(), weights) <= budget_s:
             return n
     return min(1, len(j.prompts))
 

@@ -6,7 +6,7 @@
 
 namespace deployc {
 
-constexpr uint32_t kSchemaVersion = 1;  // the newest runtime.bin schema this runner understands
+constexpr uint32_t kSchemaVersion = 2;  // the newest runtime.bin schema this runner understands
 
 struct Dim {
   int64_t value = -1;  // >= 0: fixed size; -1: dynamic within [min, max]
@@ -32,6 +32,7 @@ struct StaticDecoderSpec {
   std::string prefill_method, decode_method, update;
   int64_t chunk = 0, context = 0, layers = 0, kv_heads = 0, head_dim = 0;
   double masked_value = 0;
+  int64_t prefix_token = -1;  // the first token whose position 0 the program's get_prefix_* methods hold
 };
 
 struct ProgramSpec {

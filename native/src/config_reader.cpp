@@ -74,7 +74,7 @@ std::string read_runtime_config(const std::string& path, RuntimeConfig& out) {
       if (const auto* d = p->static_decoder())
         spec.static_decoder = StaticDecoderSpec{str(d->prefill_method()), str(d->decode_method()), str(d->update()),
                                                 d->chunk(), d->context(), d->layers(), d->kv_heads(), d->head_dim(),
-                                                d->masked_value()};
+                                                d->masked_value(), d->prefix_token()};
       if (p->methods())
         for (const auto* m : *p->methods())
           spec.methods.push_back(MethodSpec{str(m->name()), tensors(m->inputs()), tensors(m->outputs()),

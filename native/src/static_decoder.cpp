@@ -38,7 +38,12 @@ Failure StaticDecoding::forward(const Array& tokens, const Array& input_pos, std
     return {2, program_ + ": positions " + std::to_string(start) + ".." + std::to_string(start + n - 1) +
                    " are beyond the context of " + std::to_string(spec_.context) + " the program was built for"};
   Array logits;
-  for (int64_t done = 0; done < n;) {
+  int64_t done = 0;
+  if (start == 0 && spec_.prefix_token >= 0 && ids[0] == spec_.prefix_token) {
+    if (Failure f = first(logits)) return f;
+    done = 1;
+  }
+  while (done < n) {
     const bool single = n - done == 1;
     // One method serving both (npu.decode: prefill): a single token goes padded to its chunk.
     const int64_t width = single && spec_.decode_method != spec_.prefill_method ? 1 : spec_.chunk;
@@ -50,6 +55,33 @@ Failure StaticDecoding::forward(const Array& tokens, const Array& input_pos, std
   }
   outputs.clear();
   outputs.push_back(std::move(logits));
+  return {};
+}
+
+Failure StaticDecoding::first(Array& logits) {
+  if (prefix_.empty()) {  // read once: the build's float rows of position 0
+    for (const char* method : {"get_prefix_k", "get_prefix_v", "get_prefix_logits"}) {
+      std::vector<Array> out;
+      if (Failure f = bundle_.run(program_, method, std::vector<const Array*>{}, out)) return f;
+      if (out.size() != 1 || out[0].dtype != "float32")
+        return {1, program_ + "." + method + ": expected one float32 tensor"};
+      prefix_.push_back(std::move(out[0]));
+    }
+    const size_t rows = static_cast<size_t>(spec_.layers * spec_.kv_heads * spec_.head_dim);
+    if (prefix_[0].numel() != rows || prefix_[1].numel() != rows) {
+      prefix_.clear();
+      return {1, program_ + ": get_prefix_k/v do not hold [layers, kv_heads, head_dim] rows"};
+    }
+  }
+  const int64_t context = spec_.context, heads = spec_.kv_heads, dim = spec_.head_dim;
+  for (int64_t l = 0; l < spec_.layers; ++l)
+    for (int kind = 0; kind < 2; ++kind) {
+      const float* row = prefix_[kind].as<float>() + l * heads * dim;
+      float* cache = reinterpret_cast<float*>((kind == 0 ? k_ : v_)[l].data.data());
+      for (int64_t h = 0; h < heads; ++h) std::memcpy(cache + h * context * dim, row + h * dim, dim * sizeof(float));
+    }
+  logits = prefix_[2];
+  logits.shape = {1, static_cast<int64_t>(prefix_[2].numel())};
   return {};
 }
 

@@ -65,6 +65,62 @@ def test_the_static_form_driven_in_chunks_computes_what_the_cached_decoder_compu
 
 
 @pytest.mark.parametrize("decode", ["own", "prefill"])
+def test_a_prefix_tokens_position_0_comes_from_the_builds_float_rows_and_the_program_starts_at_1(
+        tmp_path: Path, decode: str) -> None:
+    from deployc.core.static_decoder import PREFIX_METHODS
+    from deployc.graph.decoder import load_decoder
+    from deployc.graph.static_decoder import StaticDecoder, calibration_calls, layout, prefix_rows
+    from deployc.pipeline.host.static_decoding import StaticDecoding
+    from deployc.plan.build_plan import StaticForm
+
+    save_decoder(tmp_path / "llama", "llama")
+    context, chunk, bos = 48, 8, 1
+    cached = load_decoder(tmp_path / "llama", context)
+    shapes = layout(cached, StaticForm(prefill=chunk, context=context, decode=decode,  # type: ignore[arg-type]
+                                       prefix_token=bos))
+    assert shapes.prefix_token == bos
+    static = StaticDecoder(cached, context).eval()
+    rows = prefix_rows(static, shapes)
+    assert {k: tuple(v.shape) for k, v in rows.items()} == {
+        "get_prefix_k": (2, 2, 8), "get_prefix_v": (2, 2, 8), "get_prefix_logits": (BASE["vocab_size"],)}
+    eager = _eager_call(static)
+    made: list[tuple[str, int, int]] = []  # (method, width, first position)
+
+    def call(method: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if method in PREFIX_METHODS:
+            made.append((method, 0, 0))
+            return [rows[method].numpy()]
+        made.append((method, inputs[0].shape[1], int(inputs[1][0])))
+        return eager(method, inputs)
+
+    session = StaticDecoding(shapes, call)
+    g = torch.Generator().manual_seed(5)
+    prompt = torch.cat([torch.tensor([[bos]]), torch.randint(3, BASE["vocab_size"], (1, 9), generator=g)], dim=1)
+    with torch.no_grad():
+        for tokens in (prompt, prompt[:, :1]):  # a prompt, then bos alone (its logits are the build's)
+            positions = torch.arange(tokens.shape[1])
+            want = cached(tokens, positions).numpy()
+            assert np.allclose(session.forward(tokens.numpy(), positions.numpy()), want, atol=1e-4)
+        # Another first token goes through the program from position 0, over the same caches.
+        other = prompt.clone()
+        other[0, 0] = 7
+        assert np.allclose(session.forward(other.numpy(), np.arange(10)), cached(other, torch.arange(10)).numpy(),
+                           atol=1e-4)
+        assert np.allclose(session.forward(prompt.numpy(), np.arange(10)), cached(prompt, torch.arange(10)).numpy(),
+                           atol=1e-4)
+    # The rows are read once; the program is never called at position 0 for a bos-first sequence.
+    assert [m for m, _, _ in made].count("get_prefix_k") == 1
+    assert made[3][0] != "get_prefix_k" and made[3][2] == 1  # the prompt's 9 after bos: from position 1
+    assert [(w, p) for m, w, p in made if m not in PREFIX_METHODS][:2] == [(chunk, 1), (chunk, 1 + chunk)] or \
+        decode == "own" and [(w, p) for m, w, p in made if m not in PREFIX_METHODS][:2] == [(chunk, 1), (1, 9)]
+    # Calibration: the observers see the program's calls only, from position 1, the rows in slot 0 of the caches.
+    calls = calibration_calls(static, shapes, [[bos, *range(3, 34)]], rows)
+    first = calls["prefill"][0]
+    assert int(first[1][0]) == 1 and first[0][0].tolist() == list(range(3, 11))
+    assert torch.equal(first[3][0, :, 0], rows["get_prefix_k"][0])
+
+
+@pytest.mark.parametrize("decode", ["own", "prefill"])
 def test_calibration_reads_text_as_the_driver_does_and_one_graph_in_whole_chunks(tmp_path: Path, decode: str) -> None:
     """Two methods: half of each sequence in chunks, the rest and the first chunk again one token a call (the
     decode method sees real caches and few keys). One graph: whole chunks only, no padded one-token steps."""
@@ -162,8 +218,11 @@ def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli)
     assert unit.lower.constants["max_seq_len"] == 40 and unit.load.context == 40
     assert [(d.name, d.min, d.max) for d in unit.export.dims] == [("seq", 1, 40)]  # judged within the context
     r = cli("plan", str(manifest))
+    bos = unit.lower.constants["bos_id"]
+    assert unit.export.static.prefix_token == bos  # the default where the model has a bos token
     assert ("llm on snapdragon (npu): static form: a prefill method of 8 tokens a call and a decode method of 1, KV "
-            "caches of 40 positions in and out; calibrated on 8 stretches of 40 tokens of deployc's calibration sample "
+            f"caches of 40 positions in and out; position 0 (bos, token {bos}) computed in float at build time, each "
+            "call from position 1; calibrated on 8 stretches of 40 tokens of deployc's calibration sample "
             "(deployc/plan/calibration_sample.txt) through the same driver") in r.out
     assert unit.quantize.text is not None and unit.export.text is not None
     assert unit.quantize.text.file == "deployc's calibration sample (deployc/plan/calibration_sample.txt)"
@@ -172,8 +231,33 @@ def test_the_plan_builds_the_static_form_within_its_context(tmp_path: Path, cli)
     assert unit.quantize.recipe.widen_ranges is False and "over their calibrated range" in unit.quantize.description
     # Consecutive stretches of the sample's tokens, each after the model's bos.
     ids = text_ids(calibration_text.DEFAULT_SAMPLE, tmp_path / "project" / "hf" / "llama" / "tokenizer.json")
-    bos = unit.lower.constants["bos_id"]
     assert unit.quantize.text.sequences == [[bos, *ids[j * 39:(j + 1) * 39]] for j in range(8)]
+
+
+def test_npu_prefix_none_keeps_position_0_in_the_program_and_bos_without_a_bos_token_is_a_located_error(
+        tmp_path: Path, cli) -> None:
+    from deployc.load.project import load_project
+    from deployc.plan.planner import make_plan
+    from deployc.plan.toolchain import detect
+
+    manifest = _project(tmp_path, LLM + "    npu: {prefill: 8, context: 40, prefix: none}\n    overrides:\n"
+                                        "      snapdragon: {unit: npu}\n")
+    [unit] = make_plan(load_project(manifest), detect()).units()
+    assert unit.export.static is not None and unit.export.static.prefix_token is None
+    assert "position 0" not in cli("plan", str(manifest)).out
+    for name in ("config.json", "generation_config.json"):  # the model without a bos token
+        path = manifest.parent / "hf" / "llama" / name
+        if path.is_file():
+            path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "bos_token_id"}))
+    text = manifest.read_text().replace("prefix: none", "prefix: bos")
+    manifest.write_text(text)
+    r = cli("plan", str(manifest))
+    line = text.splitlines().index(next(x for x in text.splitlines() if "prefix: bos" in x)) + 1
+    assert r.code == 2 and f"m.yaml:{line}" in r.err, r.err
+    assert ("models.llm: npu.prefix is bos, but the model has no bos token (constants.bos_id)" in r.err
+            and "set npu.prefix: none" in r.err), r.err
+    manifest.write_text(text.replace("prefix: bos", "prefix: none"))
+    assert cli("plan", str(manifest)).code == 0
 
 
 CALIBRATED = LLM.replace("w8a8", "{scheme: w8a8, calibration: {text: %s}}") + "    npu: {prefill: 8, context: 40}\n"
@@ -338,7 +422,7 @@ def test_the_npu_decoder_is_verified_on_the_emulator_and_described_for_the_app(n
     assert v["text_positions"] == 4 * 48 and v["top1"] == 1.0 and v["kl"] < 1e-4
     assert llm["static_decoder"] == {
         "prefill_method": "prefill", "decode_method": "decode", "chunk": 8, "context": 48, "layers": 2,
-        "kv_heads": 2, "head_dim": 8, "masked_value": -255.0, "update": "index_write",
+        "kv_heads": 2, "head_dim": 8, "masked_value": -255.0, "update": "index_write", "prefix_token": 1,
         "mask_layout": "[1, 1, T, context + T]: keys are the cache slots, then the call's T tokens; the query at "
                        "position p sees the slots before the call's first position and the call's own tokens up to p"}
     methods = {m["name"]: m for m in llm["methods"]}
@@ -350,6 +434,10 @@ def test_the_npu_decoder_is_verified_on_the_emulator_and_described_for_the_app(n
     assert [(t["name"], [d["value"] for d in t["shape"]]) for t in methods["prefill"]["outputs"][:2]] == [
         ("logits", [1, 8, BASE["vocab_size"]]), ("k_0", [1, 2, 8, 8])]
     assert methods["prefill"]["delegates"] == ["QnnBackend"] and methods["decode"]["delegates"] == ["QnnBackend"]
+    # Position 0 of bos, computed in float at build time: constant methods beside the two.
+    assert {name: [] for name in ("get_prefix_k", "get_prefix_v", "get_prefix_logits")}.items() <= {
+        name: m["inputs"] for name, m in methods.items()}.items()
+    assert coded["static_decoder"]["prefix_token"] == -1  # a factory's decoder without constants.bos_id
     generate = next(s for s in config["pipeline"]["stages"] if s["op"] == "generate")
     assert json.loads(generate["params_json"])["max_seq_len"] == 48  # the context it was built with
 

@@ -48,12 +48,12 @@ def test_runtime_bin_decoded_by_standard_flatc_equals_runtime_json(suite: Built,
     assert from_flatc == runtime_json
     assert decode((bundle / "runtime.bin").read_bytes()) == runtime_json
     assert (bundle / "runtime.bin").read_bytes()[4:8] == b"DPLC"
-    assert runtime_json["schema_version"] == 1 and len(runtime_json["programs"]) == 6
+    assert runtime_json["schema_version"] == 2 and len(runtime_json["programs"]) == 6
 
 
 def test_newer_or_foreign_runtime_config_refused() -> None:
-    newer = encode({"schema_version": 2, "deployc_version": "9.0.0"})
-    with pytest.raises(ConfigError, match="schema version 2 is newer than this deployc understands"):
+    newer = encode({"schema_version": 3, "deployc_version": "9.0.0"})
+    with pytest.raises(ConfigError, match="schema version 3 is newer than this deployc understands"):
         decode(newer)
     with pytest.raises(ConfigError, match="not a deployc runtime config"):
         decode(b"\x10\x00\x00\x00XXXX" + b"\x00" * 16)

@@ -210,10 +210,10 @@ def test_bad_bundles_are_refused_cleanly(runner: Path, suite: Built, tmp_path: P
 
     copy = _copy(suite, tmp_path / "3")
     config = json.loads((copy / "runtime.json").read_text())
-    (copy / "runtime.bin").write_bytes(encode({**config, "schema_version": 2}))
+    (copy / "runtime.bin").write_bytes(encode({**config, "schema_version": 3}))
     proc = _native(runner, str(copy))
     assert proc.returncode == 2
-    assert "runtime config schema version 2 is newer than this runner understands (1)" in proc.stderr
+    assert "runtime config schema version 3 is newer than this runner understands (2)" in proc.stderr
 
     (copy / "runtime.bin").write_bytes(b"\x10\x00\x00\x00NOPE" + b"\x00" * 32)
     proc = _native(runner, str(copy))

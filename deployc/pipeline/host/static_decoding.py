@@ -3,8 +3,9 @@ decoder program, `forward(tokens[1, T], input_pos[T]) -> logits of the last posi
 KV caches live here, between calls. A call's tokens go in prefill chunks (the last one padded) and a
 single token through the decode method; after each, the new k/v rows are written into the caches at
 their positions. Like the program with its cache inside, a call that starts again at position 0
-overwrites what was there, and a position sees only the positions before it. What the native runner
-does too (native/src/static_decoder.cpp)."""
+overwrites what was there, and a position sees only the positions before it. A program built with a first
+token (layout.prefix_token) answers that token at position 0 from its constant methods, the rows the build
+computed in float. What the native runner does too (native/src/static_decoder.cpp)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from deployc.core.static_decoder import StaticDecoderLayout
+from deployc.core.static_decoder import PREFIX_K, PREFIX_LOGITS, PREFIX_V, StaticDecoderLayout
 
 Call = Callable[[str, list[np.ndarray]], Sequence[Any]]  # (method, inputs) -> outputs
 
@@ -24,6 +25,7 @@ class StaticDecoding:
         shape = (1, layout.kv_heads, layout.context, layout.head_dim)
         self.k = [np.zeros(shape, dtype=np.float32) for _ in range(layout.layers)]
         self.v = [np.zeros(shape, dtype=np.float32) for _ in range(layout.layers)]
+        self._prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # k, v, logits: read once
 
     def forward(self, tokens: Any, input_pos: Any) -> np.ndarray:
         """Logits of the last of the call's positions, [1, vocab]."""
@@ -45,11 +47,26 @@ class StaticDecoding:
                              "was built for")
         rows = []
         done = 0
-        for single, width, take in self.layout.pieces(n):
+        if start == 0 and self.layout.prefixed(ids.tolist()):
+            rows.append(self._first())
+            done = 1
+        for single, width, take in self.layout.pieces(n - done):
             rows.append(self._run(self.layout.decode_method if single else self.layout.prefill_method, width,
                                   ids[done:done + take], start + done))
             done += take
         return np.concatenate(rows, axis=1)
+
+    def _first(self) -> np.ndarray:
+        """Position 0 from the build's float rows: written into slot 0; its logits [1, 1, vocab]."""
+        if self._prefix is None:
+            k, v, logits = (np.asarray(self._call(m, [])[0], dtype=np.float32) for m in (PREFIX_K, PREFIX_V,
+                                                                                          PREFIX_LOGITS))
+            self._prefix = k, v, logits
+        k, v, logits = self._prefix
+        for i in range(self.layout.layers):
+            self.k[i][0, :, 0] = k[i]
+            self.v[i][0, :, 0] = v[i]
+        return logits.reshape(1, 1, -1)
 
     def _run(self, method: str, width: int, ids: np.ndarray, start: int) -> np.ndarray:
         n, layout = len(ids), self.layout
