@@ -25,7 +25,7 @@ from deployc.build.results import (
 from deployc.core.events import Event, EventSink, Say
 from deployc.core.facts import FACTS_FILE, Measurement, ProgramFacts, TensorFacts, program_file
 from deployc.core.sizes import format_size
-from deployc.graph.metrics import judge, judge_task, judge_text
+from deployc.graph.metrics import judge, judge_self_test_text, judge_task, judge_text
 from deployc.plan.build_plan import BuildPlan, OutputPlan, UnitPlan, Verify
 
 _USAGE = {"storage": "program size", "flash": "program size", "ram": "program + planned memory",
@@ -124,11 +124,11 @@ def _missed(v: Verify, measured: Measurement) -> list[str]:
             missed.append("the held-out text was not measured")
         else:
             missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
-        # A device's self-test judges the positions it carries with the same tolerances: they hold here too.
+        # A device's self-test judges the positions it carries (KL and top-1): they hold here too.
         shipped = measured.self_test_text
         if shipped is not None and not missed:
             missed += [f"on the {shipped.positions} positions of the self-test vectors, {m}"
-                       for m in judge_text(shipped, v.max_perplexity_ratio, v.max_kl, v.min_top1)]
+                       for m in judge_self_test_text(shipped, v.max_kl, v.min_top1)]
     if v.data is not None:
         if measured.task is None:
             missed.append(f"the task samples ({v.data.file}) were not measured")

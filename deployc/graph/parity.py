@@ -16,6 +16,7 @@ import torch
 
 from deployc.core.static_decoder import SCORE
 from deployc.graph.inputs import make_inputs
+from deployc.graph.static_decoder import starting_with_prefix
 from deployc.plan.build_plan import Export
 from deployc.plan.heldout import seeded_prompt_lengths
 
@@ -30,7 +31,8 @@ def _prompts(export: Export, generate: int, context: int, seed: int, count: int
     seq = next(d for d in export.dims if d.name == "seq")
     out = []
     for i, length in enumerate(seeded_prompt_lengths(seq.min, seq.max, context, generate, count)):
-        tokens, positions = make_inputs(export.inputs, {"seq": length}, seed + 101 + i)
+        tokens, positions = starting_with_prefix(make_inputs(export.inputs, {"seq": length}, seed + 101 + i),
+                                                 export.static)
         out.append((tokens, positions))
     return out
 

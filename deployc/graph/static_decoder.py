@@ -113,6 +113,14 @@ def prefix_rows(static: StaticDecoder, shapes: StaticDecoderLayout) -> dict[str,
             PREFIX_LOGITS: outputs[0][0, 0].contiguous()}
 
 
+def starting_with_prefix(inputs: list[torch.Tensor], form: StaticForm | None) -> list[torch.Tensor]:
+    """Seeded decoder inputs (tokens [1, T], input_pos [T]) from position 0, their first token the form's prefix
+    token where it has one: as every prompt starts, and as its driver requires."""
+    if form is not None and form.prefix_token is not None and int(inputs[1].reshape(-1)[0]) == 0:
+        inputs[0].reshape(-1)[0] = form.prefix_token
+    return inputs
+
+
 def static_form(model: torch.nn.Module, form: StaticForm) -> tuple[StaticDecoder, StaticDecoderLayout]:
     """The static form of a loaded decoder, or why there is none."""
     if not isinstance(model, Decoder):

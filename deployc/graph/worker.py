@@ -226,13 +226,15 @@ def _verification_inputs(unit: UnitPlan, methods: list[tuple[str, str, list[Inpu
     """(method, dims, inputs) at every point, each round one input at every point, seeded apart; and which
     are a point's first input (the bundle's self-test vectors)."""
     from deployc.graph.inputs import make_inputs
+    from deployc.graph.static_decoder import starting_with_prefix
 
     checks: list[tuple[str, dict[str, int], list[Any]]] = []
     first: list[bool] = []
-    points, seed = unit.verify.points, unit.export.seed
+    points, seed, form = unit.verify.points, unit.export.seed, unit.export.static
     for name, _, inputs in methods:
         for j in range(unit.verify.inputs):
-            checks += [(name, p, make_inputs(inputs, p, seed + 1 + i + len(points) * j)) for i, p in enumerate(points)]
+            checks += [(name, p, starting_with_prefix(make_inputs(inputs, p, seed + 1 + i + len(points) * j), form))
+                       for i, p in enumerate(points)]
             first += [j == 0] * len(points)
     return checks, first
 

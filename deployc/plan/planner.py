@@ -418,7 +418,10 @@ def _verify_step(c: _Candidate, text: HeldOutText | None, generate: int) -> Veri
     if c.static is not None:
         # One call of each kind the driver makes, a token and a full chunk: a longer prompt is more of the
         # same calls, and each costs seconds on the HTP emulator (SmolLM2-135M: 12-14 s).
-        points = [{"seq": 1}, {"seq": c.static.prefill}] if c.static.prefill > 1 else [{"seq": 1}]
+        # With a prefix token, each point starts with it (as every prompt does) and the program reads the rest.
+        first = int(c.static.prefix_token is not None)
+        one, chunk = 1 + first, min(c.static.prefill + first, c.static.context)
+        points = [{"seq": one}, {"seq": chunk}] if chunk > one else [{"seq": one}]
     data = _task_data(c.project, c.r, c.spec, c.dims, c.inputs)
     task_tolerances: dict[str, Any] = {}
     if data is not None and data.measure == "top1":

@@ -30,14 +30,12 @@ class Judged:
     prompts: Sequence[int]  # the greedy prompts' lengths
     generate: int
     windows: Sequence[int]  # the held-out windows' scored positions
-    # The prompts and windows start with the form's prefix token: the driver answers their position 0 from the
-    # build's float rows, and the program reads the rest. (Seeded points start with a random token.)
-    prefixed: bool = False
-
     def calls(self) -> dict[str, int]:
         one_graph = self.form.decode == "prefill"
-        reads = list(self.points)
-        first = int(self.prefixed)
+        # With a prefix token every read starts with it (points, prompts and windows alike): the driver answers
+        # position 0 from the build's float rows, and the program reads the rest.
+        first = int(self.form.prefix_token is not None)
+        reads = [p - first for p in self.points]
         for length in self.prompts:  # the prompt, then each token eager chose: in chunks (one graph), else a call each
             reads += ([length + self.generate - 1 - first] if one_graph
                       else [length - first] + [1] * (self.generate - 1))
@@ -56,10 +54,7 @@ def judged(export: Export, v: Verify, context: int) -> Judged | None:
         prompts = ([len(p) for p in text.prompts] if text is not None
                    else seeded_prompt_lengths(seq.min, seq.max, context, v.generate, v.prompts))
         windows = [len(w) - 1 for w in text.windows] if text is not None else []
-    prefixed = (text is not None and form.prefix_token is not None
-                and all(w[0] == form.prefix_token for w in [*text.windows, *text.prompts]))
-    return Judged(form, [point.get("seq", 1) for point in v.points] * v.inputs, prompts, v.generate, windows,
-                  prefixed)
+    return Judged(form, [point.get("seq", 1) for point in v.points] * v.inputs, prompts, v.generate, windows)
 
 
 def verification_calls(unit: UnitPlan) -> dict[str, int]:

@@ -17,8 +17,8 @@ from deployc.core.records import Frozen
 from deployc.graph.metrics import (
     compare,
     judge,
+    judge_self_test_text,
     judge_task,
-    judge_text,
     summarize,
     task_metrics,
     text_metrics,
@@ -103,7 +103,7 @@ def _check(bundle: Any, base: SelfTestResult, cases: list[dict[str, Any]]) -> Se
         except ValueError as exc:
             missed.append(str(exc))
         if text is not None and base.max_perplexity_ratio:
-            missed += judge_text(text, base.max_perplexity_ratio, base.max_kl, base.min_top1)
+            missed += judge_self_test_text(text, base.max_kl, base.min_top1)
     task = None
     if samples:
         try:

@@ -335,11 +335,9 @@ Failure self_test(Bundle& bundle, json& result) {
         const TextMetrics& text = m.text;
         if (text.positions > 0) {
           if (!std::isfinite(text.perplexity())) add("the program's logits are not finite on the held-out text");
+          // KL and top-1 (deployc/graph/metrics.py, judge_self_test_text): perplexity over a few positions is a
+          // sample of their targets; the build judged it on the whole held-out text.
           if (p.tolerance_max_perplexity_ratio > 0) {
-            double ratio = text.perplexity() / text.reference_perplexity();
-            if (ratio > p.tolerance_max_perplexity_ratio)
-              add("perplexity " + std::to_string(ratio) + "x eager fp32's > " +
-                  std::to_string(p.tolerance_max_perplexity_ratio) + "x");
             if (text.mean_kl() > p.tolerance_max_kl)
               add("KL " + std::to_string(text.mean_kl()) + " > " + std::to_string(p.tolerance_max_kl));
             if (text.top1() < p.tolerance_min_top1)

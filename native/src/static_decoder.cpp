@@ -39,7 +39,11 @@ Failure StaticDecoding::forward(const Array& tokens, const Array& input_pos, std
                    " are beyond the context of " + std::to_string(spec_.context) + " the program was built for"};
   Array logits;
   int64_t done = 0;
-  if (start == 0 && spec_.prefix_token >= 0 && ids[0] == spec_.prefix_token) {
+  if (start == 0 && spec_.prefix_token >= 0) {
+    if (ids[0] != spec_.prefix_token)  // deployc/core/static_decoder.py, StaticDecoderLayout.refusal
+      return {2, program_ + ": this decoder was built to start every sequence with token " +
+                     std::to_string(spec_.prefix_token) + " (its bos, computed in float at build time: npu.prefix); "
+                     "this one starts with " + std::to_string(ids[0])};
     if (Failure f = first(logits)) return f;
     done = 1;
   }

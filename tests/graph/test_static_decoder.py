@@ -101,11 +101,14 @@ def test_a_prefix_tokens_position_0_comes_from_the_builds_float_rows_and_the_pro
             positions = torch.arange(tokens.shape[1])
             want = cached(tokens, positions).numpy()
             assert np.allclose(session.forward(tokens.numpy(), positions.numpy()), want, atol=1e-4)
-        # Another first token goes through the program from position 0, over the same caches.
+        # Another first token is refused before the program runs: its ranges never saw a position 0.
         other = prompt.clone()
         other[0, 0] = 7
-        assert np.allclose(session.forward(other.numpy(), np.arange(10)), cached(other, torch.arange(10)).numpy(),
-                           atol=1e-4)
+        calls_before = len(made)
+        with pytest.raises(ValueError, match=r"built to start every sequence with token 1 \(its bos, computed in "
+                                             r"float at build time: npu.prefix\); this one starts with 7"):
+            session.forward(other.numpy(), np.arange(10))
+        assert len(made) == calls_before
         assert np.allclose(session.forward(prompt.numpy(), np.arange(10)), cached(prompt, torch.arange(10)).numpy(),
                            atol=1e-4)
     # The rows are read once; the program is never called at position 0 for a bos-first sequence.
@@ -466,6 +469,17 @@ def test_deployc_run_and_the_native_runner_generate_the_same_tokens(npu_decoder:
         assert native["stages"]["answer"]["tokens"]["data"] == python["outputs"]["tokens"][0]
         assert native["outputs"]["answer"] == python["outputs"]["answer"] != ""
         assert python["generation"]["prompt_tokens"] == (7 if query != long else 36)  # 48 - 12 new: the last 36
+    # Built with bos's position 0 in float (npu.prefix): a sequence that starts otherwise is refused, naming why.
+    import numpy as np
+
+    np.save(tmp_path / "tokens.npy", np.asarray([[7, 8, 9]], dtype=np.int64))
+    np.save(tmp_path / "pos.npy", np.arange(3, dtype=np.int64))
+    proc = subprocess.run([str(runner), str(npu_decoder), "--program", "llm", "--input", str(tmp_path / "tokens.npy"),
+                           "--input", str(tmp_path / "pos.npy")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **environment()})
+    assert proc.returncode == 2 and ("llm: this decoder was built to start every sequence with token 1 (its bos, "
+                                     "computed in float at build time: npu.prefix); this one starts with 7"
+                                     ) in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow

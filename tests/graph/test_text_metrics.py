@@ -11,7 +11,7 @@ import numpy as np
 
 from deployc.core import self_test_vectors
 from deployc.core.facts import TOP1_MARGIN
-from deployc.graph.metrics import judge_text, text_metrics
+from deployc.graph.metrics import judge_self_test_text, judge_text, text_metrics
 
 
 def test_text_metrics_match_torch() -> None:
@@ -55,6 +55,26 @@ def test_identical_logits_are_a_perfect_score_and_misses_are_named() -> None:
         f"perplexity {flat.perplexity:.3f} is {flat.perplexity_ratio:.4f}x eager fp32's "
         f"{flat.reference_perplexity:.3f} > 1.001x", f"KL {flat.kl:.4g} > 0.001",
         "top-1 agreement 0.0% < 99% (on the 4 of 4 positions where eager's first choice is clear)"]
+
+
+def test_the_self_tests_few_positions_are_judged_on_kl_and_top1_not_on_their_sampled_targets() -> None:
+    """Eight positions where the program shifts a little probability off two unlikely targets: perplexity over
+    those 8 sampled targets moves past 1.03x while KL (the expectation over eager's distribution) stays small."""
+    g = np.random.default_rng(1)
+    rows = []
+    for i in range(8):
+        ref = g.normal(0, 1, 64)
+        ref[0] += 6.0  # a clear first choice
+        got = ref.copy()
+        target = 40 + i
+        if i < 2:
+            got[target] -= 0.6  # an unlikely target made a little less likely
+        rows.append((ref, got, target))
+    m = text_metrics("self-test", rows)
+    assert m.perplexity_ratio > 1.03 and m.kl < 0.02 and m.top1 == 1.0
+    assert judge_text(m, 1.03, 0.02, 0.93)[0].startswith("perplexity")
+    assert judge_self_test_text(m, 0.02, 0.93) == []
+    assert judge_self_test_text(m, m.kl / 2, 0.93) == [f"KL {m.kl:.4g} > {m.kl / 2}"]
 
 
 def test_self_test_vectors_keep_a_prefix_of_the_text(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ single token through the decode method; after each, the new k/v rows are written
 their positions. Like the program with its cache inside, a call that starts again at position 0
 overwrites what was there, and a position sees only the positions before it. A program built with a first
 token (layout.prefix_token) answers that token at position 0 from its constant methods, the rows the build
-computed in float. What the native runner does too (native/src/static_decoder.cpp)."""
+computed in float, and takes no sequence that starts otherwise. What the native runner does too
+(native/src/static_decoder.cpp)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ class StaticDecoding:
                              "was built for")
         rows = []
         done = 0
-        if start == 0 and self.layout.prefixed(ids.tolist()):
+        if start == 0 and self.layout.prefix_token >= 0:
+            if int(ids[0]) != self.layout.prefix_token:
+                raise ValueError(self.layout.refusal(int(ids[0])))
             rows.append(self._first())
             done = 1
         for single, width, take in self.layout.pieces(n - done):

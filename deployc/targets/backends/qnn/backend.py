@@ -77,7 +77,11 @@ class Qnn(BackendBase):
         soc = _soc(options)
         if recipe.method == "pt2e":
             sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
-            return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, per-channel weights, MinMax "
+            g = recipe.group_size
+            weights = (f"linears' 4-bit weights in blocks of {g} inputs (a 4-bit scale a block under one per output "
+                       f"channel: QNN's LPBQ) where their inputs divide by {g}, other weights per channel"
+                       if _blocked(recipe) else "per-channel weights")
+            return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, {weights}, MinMax "
                     f"activation observers, 16-bit activations over "
                     f"{'twice their calibrated range' if recipe.widen_ranges else 'their calibrated range'}, "
                     f"softmax inputs "
@@ -134,7 +138,10 @@ class Qnn(BackendBase):
 
         quantizer = adjusted(QnnQuantizer)()
         quantizer.widen_ranges = recipe.widen_ranges
-        quantizer.set_default_quant_config(**config(QUANT_DTYPES[recipe.scheme]))
+        if _blocked(recipe):
+            quantizer.block_linears = recipe.group_size
+        quantizer.set_default_quant_config(**config("use_16a4w_block" if _blocked(recipe)
+                                                    else QUANT_DTYPES[recipe.scheme]))
         quantizer.rewrite_clamps = recipe.scheme.startswith("16")  # clamps with 16-bit activations
         if activation_bits is None:
             activation_bits = dict.fromkeys(W8A8_16BIT_OPS, 16) if recipe.scheme == "w8a8" else {}
@@ -209,6 +216,12 @@ class Qnn(BackendBase):
         )
 
         return {"segment_alignment": get_qnn_context_binary_alignment()}
+
+
+def _blocked(recipe: Recipe) -> bool:
+    """16a4w's linears in blocks of `group_size` inputs (Qualcomm's own 4-bit LLM recipes): one scale per output
+    channel rounds a whole row of a decoder's weights at 4 bits."""
+    return recipe.scheme == "16a4w" and bool(recipe.group_size)
 
 
 def unstamp(edge: Any) -> None:

@@ -68,6 +68,7 @@ def adjusted(base: type) -> type:
     class Quantizer(base):
         rewrite_clamps = False
         widen_ranges = True  # Recipe.widen_ranges
+        block_linears = 0  # 16a4w: linears' weights in blocks of this many inputs (0: per channel)
 
         def transform_for_annotation(self, model: Any) -> Any:
             shared_heads_as_gqa(model)
@@ -78,6 +79,10 @@ def adjusted(base: type) -> type:
             return super().transform_for_annotation(model)
 
         def annotate(self, model: Any) -> Any:
+            if self.block_linears:  # QnnQuantizer's per-block config goes to the nodes named here
+                self.block_size_map = {node.name: (1, self.block_linears) for node in model.graph.nodes
+                                       if node.op == "call_function" and op_kind(node) == "linear"
+                                       and _inputs(node) % self.block_linears == 0}
             model = super().annotate(model)
             softmax_inputs = {_shared_root(node.args[0]) for node in model.graph.nodes
                               if node.op == "call_function" and op_kind(node) in _SOFTMAX}
@@ -92,6 +97,13 @@ def adjusted(base: type) -> type:
             return model
 
     return Quantizer
+
+
+def _inputs(linear: Any) -> int:
+    """A linear node's input features (its weight's last dim), 0 when unknown."""
+    weight = linear.args[1] if len(linear.args) > 1 else None
+    value = getattr(weight, "meta", {}).get("val")
+    return int(value.shape[-1]) if value is not None and value.dim() == 2 else 0
 
 
 def _shared_root(node: Any) -> Any:
