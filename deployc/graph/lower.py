@@ -66,12 +66,15 @@ def drop_unused_constants(program: torch.export.ExportedProgram) -> list[str]:
 
 def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower,
                   recipe: Recipe, external_weights: bool = False,
-                  etrecord: Path | None = None) -> tuple[dict[str, Any], Any, Any]:
+                  etrecord: Path | None = None, plan_inputs: bool = True) -> tuple[dict[str, Any], Any, Any]:
     """(facts about the partitioned graphs, executorch program manager, the lowered forward as a
     PyTorch module when the backend verifies on its reference kernels, else None) for one program of
     1+ methods. With external_weights, the manager's tensor data holds one file, weights.ptd. With
-    etrecord, also ExecuTorch's ETRecord of the program there (debug handles -> graph nodes)."""
+    etrecord, also ExecuTorch's ETRecord of the program there (debug handles -> graph nodes). Without
+    plan_inputs, ExecuTorch plans no memory for the methods' inputs: it reads the caller's tensors where they
+    are (a static decoder's KV caches, which its driver keeps: no copy of them a call)."""
     from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
 
     backend = BACKENDS[step.backend]
     try:
@@ -89,7 +92,9 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
         # ExecuTorch's quantized embedding kernels (the weights stay int8/int4 in the program).
         fusion = {"do_quant_fusion_and_const_prop": True} if recipe.embedding_bits else {}
         external = {"external_constants": lambda _node: WEIGHTS_TAG} if external_weights else {}
-        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion, **external))
+        unplanned = {} if plan_inputs else {"memory_planning_pass": MemoryPlanningPass(alloc_graph_input=False)}
+        program = edge.to_executorch(ExecutorchBackendConfig(**backend.executorch_config(), **fusion, **external,
+                                                             **unplanned))
         if etrecord is not None:
             from executorch.devtools import generate_etrecord
 

@@ -368,7 +368,7 @@ def lower(b: Build) -> None:
         step = step.model_copy(update={"constants": {**step.constants, **{k.removeprefix("get_"): v
                                                                           for k, v in b.prefix.items()}}})
     b.graph, b.executorch, b.reference = lower_program(b.programs, step, b.unit.quantize.recipe, b.external,
-                                                       b.etrecord)
+                                                       b.etrecord, plan_inputs=b.shapes is None)
     b.methods = method_facts(b.executorch.executorch_program)
     b.lap("lower")
 
