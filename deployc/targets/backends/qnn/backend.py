@@ -24,8 +24,16 @@ from deployc.targets.backends.qnn.model_rewrites import (
     relu6_as_minimum,
     separate_in_projections,
     strided_nine_by_nine_convs_widened,
+    tied_tables_untied,
 )
-from deployc.targets.backends.qnn.quantizer import QUANT_DTYPES, W8A8_16BIT_OPS, adjusted, op_kind, partitioner
+from deployc.targets.backends.qnn.quantizer import (
+    QUANT_DTYPES,
+    W8A8_16BIT_OPS,
+    adjusted,
+    op_kind,
+    output_layer,
+    partitioner,
+)
 from deployc.targets.backends.qnn.refusals import REFUSED
 
 DEFAULT_SOC = "SM8650"
@@ -79,7 +87,8 @@ class Qnn(BackendBase):
             sixteen = f", 16-bit activations for {', '.join(sorted(W8A8_16BIT_OPS))}" if recipe.scheme == "w8a8" else ""
             g = recipe.group_size
             weights = (f"linears' 4-bit weights in blocks of {g} inputs (a 4-bit scale a block under one per output "
-                       f"channel: QNN's LPBQ) where their inputs divide by {g}, other weights per channel"
+                       f"channel: QNN's LPBQ) where their inputs divide by {g}, other weights per channel; embedding "
+                       f"tables and the output layer in 8 bits"
                        if _blocked(recipe) else "per-channel weights")
             return (f"PT2E QnnQuantizer({QUANT_DTYPES[recipe.scheme]}{sixteen}, {weights}, MinMax "
                     f"activation observers, 16-bit activations over "
@@ -115,6 +124,8 @@ class Qnn(BackendBase):
         relu6_as_minimum(model)
         if recipe.scheme == "fp16":
             strided_nine_by_nine_convs_widened(model)
+        if _blocked(recipe):
+            tied_tables_untied(model)
 
     def quantizer(self, recipe: Recipe, options: Mapping[str, Any],
                   activation_bits: Mapping[str, int] | None = None) -> Any:
@@ -155,8 +166,9 @@ class Qnn(BackendBase):
         configs: list[tuple[Callable[[Any], bool], Any]] = [
             (of_kind(bits), ModuleQConfig(**config(dtype))) for bits, dtype in dtypes.items()
             if bits in activation_bits.values()]
-        if recipe.scheme == "16a4w":  # its tables in 8 bits per row too: 4 bits a row would round each token's vector
-            configs.insert(0, (tables, ModuleQConfig(**config("use_16a8w"))))
+        if recipe.scheme == "16a4w":
+            # Its tables in 8 bits per row too (4 bits a row would round each token's vector), and its output layer.
+            configs.insert(0, (lambda node: tables(node) or output_layer(node), ModuleQConfig(**config("use_16a8w"))))
         quantizer.set_submodule_qconfig_list(configs)
         return quantizer
 

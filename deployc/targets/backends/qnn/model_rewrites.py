@@ -134,3 +134,20 @@ def _relu_minimum() -> type:
             return torch.minimum(torch.relu(x), self.top)
 
     return ReLUMinimum
+
+
+def tied_tables_untied(model: Any) -> int:
+    """Give each linear whose weight is an embedding table's (a decoder's tied output layer) its own copy;
+    returns how many. Why: QNN's pass that lowers blocked-4-bit programs' linears as 1x1 convolutions
+    reshapes the shared weight under the table's gather too, and fails ("expected stride to be a single
+    integer value"). The program holds the table twice either way (the gather's and the linear's own
+    quantization of it)."""
+    import torch
+
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    untied = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and id(module.weight) in tables:
+            module.weight = torch.nn.Parameter(module.weight.detach().clone(), requires_grad=False)
+            untied += 1
+    return untied

@@ -82,7 +82,7 @@ def adjusted(base: type) -> type:
             if self.block_linears:  # QnnQuantizer's per-block config goes to the nodes named here
                 self.block_size_map = {node.name: (1, self.block_linears) for node in model.graph.nodes
                                        if node.op == "call_function" and op_kind(node) == "linear"
-                                       and _inputs(node) % self.block_linears == 0}
+                                       and _inputs(node) % self.block_linears == 0 and not output_layer(node)}
             model = super().annotate(model)
             softmax_inputs = {_shared_root(node.args[0]) for node in model.graph.nodes
                               if node.op == "call_function" and op_kind(node) in _SOFTMAX}
@@ -97,6 +97,16 @@ def adjusted(base: type) -> type:
             return model
 
     return Quantizer
+
+
+def output_layer(node: Any) -> bool:
+    """A linear that makes the graph's output (a decoder's logits) or whose weight is an embedding table's too
+    (tied): 16a4w keeps it at 8 bits per channel, as Qualcomm's 4-bit LLM recipes keep their output layer."""
+    if node.op != "call_function" or op_kind(node) != "linear":
+        return False
+    weight = node.args[1] if len(node.args) > 1 else None
+    tied = any(op_kind(user) == "embedding" for user in getattr(weight, "users", {}))
+    return tied or any(user.op == "output" for user in node.users)
 
 
 def _inputs(linear: Any) -> int:
