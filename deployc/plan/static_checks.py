@@ -30,6 +30,7 @@ class Judged:
     prompts: Sequence[int]  # the greedy prompts' lengths
     generate: int
     windows: Sequence[int]  # the held-out windows' scored positions
+
     def calls(self) -> dict[str, int]:
         one_graph = self.form.decode == "prefill"
         # With a prefix token every read starts with it (points, prompts and windows alike): the driver answers

@@ -524,7 +524,7 @@ models:
 """
 
 
-@pytest.mark.slow
+@pytest.mark.full  # make test-all: a build of its own (40 s), beside the QNN suite's blocked 16a4w programs
 def test_a_tied_decoder_in_16a4w_is_built_with_blocked_linears_and_runs_on_the_emulator(tmp_path: Path) -> None:
     """16a4w's linears in blocks of 32 inputs (QNN's LPBQ, lowered as 1x1 convolutions), the output layer at 8
     bits: a tied output layer is untied for that lowering (it failed on the shared weight), and the program runs
