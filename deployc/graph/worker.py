@@ -599,4 +599,7 @@ def _calibration_text(unit: UnitPlan, vocab: int) -> list[list[int]]:
 
     g = torch.Generator().manual_seed(recipe.calibration_seed or 0)
     length = min(form.context, 2 * form.prefill + 8)
-    return [torch.randint(0, vocab, (length,), generator=g).tolist() for _ in range(recipe.calibration_samples or 1)]
+    sequences = [torch.randint(0, vocab, (length,), generator=g).tolist()
+                 for _ in range(recipe.calibration_samples or 1)]
+    # Each from the prefix token where the form has one, as its driver takes sequences.
+    return [[form.prefix_token, *s[1:]] for s in sequences] if form.prefix_token is not None else sequences

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,6 +146,24 @@ def test_calibration_reads_text_as_the_driver_does_and_one_graph_in_whole_chunks
         tokens = [c[0][0].tolist() for c in calls["prefill"]]
         assert tokens[0] == list(range(3, 11)) and tokens[4] == list(range(40, 48))
         assert tokens[6] == [56, 57, 58, 59, 0, 0, 0, 0]
+
+
+def test_seeded_calibration_sequences_start_with_the_prefix_token() -> None:
+    """A decoder without a tokenizer is calibrated on seeded ids: with a prefix token, each starts with it (its
+    driver refuses a sequence that starts otherwise)."""
+    from types import SimpleNamespace
+
+    from deployc.graph.worker import _calibration_text
+    from deployc.plan.build_plan import StaticForm
+
+    def unit(prefix: int | None) -> Any:
+        recipe = SimpleNamespace(calibration_seed=3, calibration_samples=4)
+        return SimpleNamespace(quantize=SimpleNamespace(text=None, recipe=recipe),
+                               export=SimpleNamespace(static=StaticForm(prefill=8, context=48, prefix_token=prefix)))
+
+    plain, prefixed = _calibration_text(unit(None), 120), _calibration_text(unit(1), 120)
+    assert len(prefixed) == 4 and all(s[0] == 1 and len(s) == 24 for s in prefixed)
+    assert [s[1:] for s in prefixed] == [s[1:] for s in plain]
 
 
 def test_a_call_beyond_the_context_is_refused_before_the_program_runs() -> None:
