@@ -329,10 +329,7 @@ class _Driver:
         return todo
 
     def run(self, todo: list[UnitPlan], cached: int) -> None:
-        # Largest first (longest processing time first): the workers finish together instead of one starting the
-        # longest lowering after the rest (rag_offline, cold: the CPU LLM's ~13 min lowering began after both
-        # embedders). Ties keep the plan's order.
-        todo = sorted(todo, key=lambda u: -(u.weights or 0))
+        todo = largest_first(todo)
         self.say(f"building {len(todo)} program(s) with {self.executor.describe(len(todo))}; {cached} cached")
         for u in todo:
             self.events(Event(label=u.label, kind="queued"))
@@ -359,6 +356,14 @@ class _Driver:
             one = one.model_copy(update={"status": "failed", "failure": Failure(
                 step="choose", error=f"{u.model} on {u.target}/{settled.chosen.unit}: {settled.none_passed}")})
         return one
+
+
+def largest_first(todo: list[UnitPlan]) -> list[UnitPlan]:
+    """The programs to build, the largest models first (longest processing time first): the workers finish
+    together instead of one starting the longest lowering after the rest (rag_offline, cold: the CPU LLM's
+    12-minute lowering began after both embedders had built on its worker). Ties, and models whose weight count
+    the plan does not know, keep the plan's order."""
+    return sorted(todo, key=lambda u: -(u.weights or 0))
 
 
 def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say,
