@@ -14,11 +14,12 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from deployc.core.errors import DeploycError
+
+if TYPE_CHECKING:  # numpy is the build's: validate and plan read the header with struct alone
+    import numpy as np
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -150,7 +151,7 @@ class _Cursor:
             self.need(count * smallest, f"{what} ({count:,} elements)")
             if item in _SCALARS and item != 7:  # numbers: read in one go (49,152 token types)
                 fmt, size = _SCALARS[item]
-                values = np.frombuffer(self.data, dtype=np.dtype(fmt), count=count, offset=self.pos).tolist()
+                values = list(struct.unpack_from(f"<{count}{fmt[1:]}", self.data, self.pos))
                 self.pos += size * count
                 return values
             return [self.value(item, f"{what}[{i}]", depth + 1) for i in range(count)]
@@ -243,6 +244,8 @@ def _placed(file: str, info: tuple[str, tuple[int, ...], int, int], start: int, 
 
 def dequantize(raw: np.ndarray, tensor: Tensor) -> np.ndarray:
     """float32 values of a tensor's bytes, computed as llama.cpp's dequantize_row_* computes them."""
+    import numpy as np
+
     name = tensor.type_name
     if name == "F32":
         out = raw.view("<f4").astype(np.float32)
@@ -256,6 +259,8 @@ def dequantize(raw: np.ndarray, tensor: Tensor) -> np.ndarray:
 
 
 def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
+    import numpy as np
+
     block_bytes = next(t[2] for t in TENSOR_TYPES.values() if t[0] == name)
     b = raw.reshape(-1, block_bytes)
     d = b[:, 0:2].copy().view("<f2").astype(np.float32)
@@ -273,6 +278,8 @@ def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
 
 def read_tensor(f: GgufFile, tensor: Tensor) -> np.ndarray:
     """One tensor of the file, dequantized to float32."""
+    import numpy as np
+
     with f.path.open("rb") as fh:
         fh.seek(tensor.offset)
         raw = np.frombuffer(fh.read(tensor.nbytes), dtype=np.uint8)

@@ -9,12 +9,13 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from deployc.core.atomic import open_atomic
 from deployc.core.gguf import GgufFile, GgufProblem, read_tensor
+
+if TYPE_CHECKING:  # the weights' side (the build's): the header's side (validate, plan) needs no numpy
+    import numpy as np
 
 ARCHITECTURES = ("llama",)
 # Bumped when what the folder holds changes: old folders are then made again.

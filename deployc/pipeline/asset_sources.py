@@ -54,7 +54,7 @@ def gguf_problem(ref: GgufRef, folder: Path) -> str | None:
 
 def gguf_tokenizer(ref: GgufRef, folder: Path) -> Path | None:
     """tokenizer.json of the GGUF file's view; None when the file is missing or unreadable (validate says why)."""
-    from deployc.core.gguf import GgufProblem  # numpy: only for manifests that name a GGUF file
+    from deployc.core.gguf import GgufProblem
 
     path = gguf_file(ref, folder)
     if path is None:
