@@ -165,49 +165,59 @@ models:
 """
 
 
-def test_a_calibrated_program_is_the_same_bytes_whatever_torch_s_thread_count(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+# Run in a fresh interpreter per thread count, as a build worker is: in the suite's own process, libraries that
+# earlier tests loaded can leave torch's thread setting without effect (its conv sums then agree whatever it is
+# told), and the premise below would not hold there.
+_AT_THREADS = """
+import sys
+from pathlib import Path
+
+import torch
+
+manifest, cache, threads = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(threads)
+sys.path.insert(0, str(manifest.parent))
+if cache == "-":  # the premise: the model's float outputs at this thread count
+    from models import testnets
+    torch.manual_seed(0)
+    with torch.no_grad():
+        print(testnets.pointwise_convs()(torch.rand(1, 3, 28, 28) * 2 - 1).numpy().tobytes().hex())
+    raise SystemExit
+from deployc.build import program_job
+from deployc.build.results import WorkerJob
+from deployc.load.project import load_project
+from deployc.plan.planner import make_plan
+from deployc.plan.toolchain import detect
+
+[unit] = make_plan(load_project(manifest), detect()).units()
+result = program_job.build_program(WorkerJob(unit=unit, cache=cache, folder=str(manifest.parent), log_dir=None))
+assert result.status == "built", result.error
+assert torch.get_num_threads() == threads, "the build gives the caller's thread count back"
+print(unit.program_key)
+"""
+
+
+def test_a_calibrated_program_is_the_same_bytes_whatever_torch_s_thread_count(tmp_path: Path) -> None:
     """A worker's torch had cores // jobs threads: the calibration ranges, and so a static program's bytes,
     depended on the machine and on --jobs. The build pins one thread (and gives the caller's back)."""
-    import torch
-    from helpers import testnets
-
-    from deployc.build import program_job
-    from deployc.build.results import WorkerJob
     from deployc.core.self_test_vectors import SELF_TEST_FILE
-    from deployc.load.project import load_project
-    from deployc.plan.planner import make_plan
-    from deployc.plan.toolchain import detect
 
-    model, sample = testnets.pointwise_convs(), torch.rand(1, 3, 28, 28) * 2 - 1
-    before = torch.get_num_threads()
-    eager = []
-    with torch.no_grad():
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            eager.append(model(sample))
-    torch.set_num_threads(before)
-    assert not torch.equal(*eager)  # the premise: the thread count changes the float values themselves
     manifest = make_project(tmp_path / "project", POINTWISE, "pointwise.yaml")
-    [unit] = make_plan(load_project(manifest), detect()).units()
+
+    def at(threads: int, cache: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", _AT_THREADS, str(manifest), cache, str(threads)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert at(1, "-") != at(2, "-")  # the premise: the thread count changes the float values themselves
     built = []
-    # In this process the `models` package may be another test project's: the factory's own must load.
-    for name in [m for m in sys.modules if m == "models" or m.startswith("models.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(manifest.parent))
-    try:
-        for threads in (2, 1):
-            torch.set_num_threads(threads)
-            cache = tmp_path / f"cache-{threads}"
-            result = program_job.build_program(WorkerJob(unit=unit, cache=str(cache), folder=str(manifest.parent),
-                                                    log_dir=None))
-            assert result.status == "built", result.error
-            assert torch.get_num_threads() == threads
-            entry, _ = Cache(cache).get(unit.program_key)
-            assert entry is not None
-            built.append([entry.file(name).read_bytes() for name in ("program.pte", SELF_TEST_FILE)])
-    finally:
-        torch.set_num_threads(before)
+    for threads in (2, 1):
+        cache = tmp_path / f"cache-{threads}"
+        key = at(threads, str(cache))
+        entry, _ = Cache(cache).get(key)
+        assert entry is not None
+        built.append([entry.file(name).read_bytes() for name in ("program.pte", SELF_TEST_FILE)])
     assert built[0] == built[1]
 
 
