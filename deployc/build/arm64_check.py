@@ -10,6 +10,7 @@ Runs in the build's driver process (no torch): one qemu process per program.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,22 @@ def _wanted(r: UnitResult) -> bool:
             and bool(r.unit.verify.arm64_cpu) and r.program is not None)
 
 
+def _cases(vectors: Path, points: list[dict[str, int]] | None, into: Path) -> Path:
+    """The self-test vectors the check runs: every case but a verification point's outside `points` (None: all).
+    The held-out text's and task samples' cases are always kept (they carry the figures the unit is gated on)."""
+    if points is None:
+        return vectors
+    doc = json.loads(vectors.read_text())
+    doc["cases"] = [c for c in doc["cases"] if "target" in c or "task" in c or c["dims"] in points]
+    into.write_text(json.dumps(doc, sort_keys=True))
+    return into
+
+
 def _measure(runner: Any, cache: Cache, r: UnitResult) -> tuple[dict[str, Any], float | None]:
     """The runner's measurement of the unit's program: (document, seconds it took; None: from the cache)."""
-    cpu = r.unit.verify.arm64_cpu
+    cpu, points = r.unit.verify.arm64_cpu, r.unit.verify.arm64_points
     store = cache.of_kind("arm64")
-    key = key_of(r.unit.program_key, runner.identity, cpu)
+    key = key_of(r.unit.program_key, runner.identity, cpu, *([points] if points is not None else []))
     entry, _ = store.get(key)
     if entry is not None:
         return json.loads(entry.file(MEASURED_FILE).read_text()), None
@@ -44,7 +56,9 @@ def _measure(runner: Any, cache: Cache, r: UnitResult) -> tuple[dict[str, Any], 
     folder = Path(r.program).parent
     data = folder / PROGRAM_DATA_FILE
     start = time.perf_counter()
-    doc = runner.measure(Path(r.program), folder / SELF_TEST_FILE, data if data.is_file() else None, cpu)
+    with tempfile.TemporaryDirectory(prefix="deployc-arm64-") as tmp:
+        vectors = _cases(folder / SELF_TEST_FILE, points, Path(tmp) / SELF_TEST_FILE)
+        doc = runner.measure(Path(r.program), vectors, data if data.is_file() else None, cpu)
     if doc.get("status") != "measured":  # a crash may be the machine's (memory, a signal): run it again next time
         return doc, round(time.perf_counter() - start, 2)
     with store.lock(key):
@@ -58,10 +72,11 @@ def _measure(runner: Any, cache: Cache, r: UnitResult) -> tuple[dict[str, Any], 
 def _judged(r: UnitResult, doc: dict[str, Any], seconds: float | None) -> UnitResult:
     cached = seconds is None
     v, cpu = r.unit.verify, r.unit.verify.arm64_cpu
+    left_out = [p for p in v.points if v.arm64_points is not None and p not in v.arm64_points]
     where = f"on arm64 (ExecuTorch's aarch64 runtime under qemu-aarch64 -cpu {cpu})"
     if doc.get("status") != "measured":
         check = Arm64Check(status="failed", reason=doc.get("reason", ""), cpu=cpu, cases=doc.get("cases", 0),
-                           cached=cached, seconds=seconds or 0.0)
+                           left_out=left_out, cached=cached, seconds=seconds or 0.0)
         return r.model_copy(update={"arm64": check, "status": "failed", "failure": Failure(
             step="verify-arm64", error=f"{where}: {check.reason}")})
     summary = Summary(max_abs=doc["max_abs"], min_cosine=doc["min_cosine"], min_sqnr_db=doc["min_sqnr_db"])
@@ -75,7 +90,8 @@ def _judged(r: UnitResult, doc: dict[str, Any], seconds: float | None) -> UnitRe
         if v.max_perplexity_ratio is not None and v.max_kl is not None and v.min_top1 is not None:
             missed += judge_text(text, v.max_perplexity_ratio, v.max_kl, v.min_top1)
     check = Arm64Check(status="failed" if missed else "passed", reason="; ".join(missed), cpu=cpu,
-                       cases=doc["cases"], metrics=summary, text=text, cached=cached, seconds=seconds or 0.0)
+                       cases=doc["cases"], left_out=left_out, metrics=summary, text=text, cached=cached,
+                       seconds=seconds or 0.0)
     if not missed:
         return r.model_copy(update={"arm64": check})
     return r.model_copy(update={"arm64": check, "status": "failed", "failure": Failure(

@@ -87,6 +87,8 @@ class Arm64Check(Frozen):
     reason: str = ""
     cpu: str = ""  # the emulated CPU model (qemu-aarch64 -cpu)
     cases: int = 0  # the self-test cases run: the verification points whose tensors fit the vectors
+    # A decoder's verification points the check did not run, to fit its budget (Verify.arm64_points)
+    left_out: list[dict[str, int]] = []
     metrics: Summary | None = None
     text: TextMetrics | None = None
     cached: bool = False  # the same program on the same runner was measured before (cache kind "arm64")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from deployc.build.results import Arm64Check, BuildReport, UnitResult
     from deployc.core.facts import TaskMetrics
     from deployc.core.program_profile import ProgramProfile
-    from deployc.plan.build_plan import BuildPlan, UnitPlan
+    from deployc.plan.build_plan import BuildPlan, UnitPlan, Verify
     from deployc.plan.releases import ReleaseStatus
     from deployc.targets.profile import LoadedProfile, Origin
 
@@ -189,10 +189,25 @@ def _plan_beyond_this_runtime(console: Console, build_plan: BuildPlan) -> None:
         v = u.verify
         if v.arm64_cpu:
             console.result(f"  {u.model} on {u.target} ({u.unit}): also verified on arm64 kernels (ExecuTorch's "
-                           f"aarch64 runtime under qemu-aarch64 -cpu {v.arm64_cpu})")
+                           f"aarch64 runtime under qemu-aarch64 -cpu {v.arm64_cpu}){_arm64_points(v)}")
         if v.host_reference:
             console.result(f"  {u.model} on {u.target} ({u.unit}): verified on {v.host_reference}"
                            + ("; int8 kernels only (float operators fail it)" if v.int8_only else ""))
+
+
+def _arm64_points(v: Verify) -> str:
+    """What a decoder's arm64 check runs within its budget, in words ("" when it runs every point)."""
+    if v.arm64_points is None or v.estimate_s is None or v.budget_s is None:
+        return ""
+    left_out = [p for p in v.points if p not in v.arm64_points]
+    run = ", ".join(_point(p) for p in v.arm64_points)
+    return (f" at {run} and the held-out positions, about {v.estimate_s:.0f} s by the plan's estimate (budget "
+            f"{v.budget_s:.0f} s)" + (f"; {', '.join(_point(p) for p in left_out)} left out to fit it" if left_out
+                                      else ""))
+
+
+def _point(point: dict[str, int]) -> str:
+    return ", ".join(f"{k}={n}" for k, n in point.items()) or "its one size"
 
 
 def _plan_budget_estimates(console: Console, build_plan: BuildPlan) -> None:
@@ -356,6 +371,10 @@ def _build_not_run(console: Console, report: BuildReport) -> None:
             console.result(f"not run: {r.unit.model} on {r.unit.target}: {r.verification.reason}")
         if r.arm64 and r.arm64.status == "not-run":
             console.result(f"not run on arm64: {r.unit.model} on {r.unit.target}: {r.arm64.reason}")
+        elif r.arm64 and r.arm64.left_out:
+            console.result(f"not run on arm64: {r.unit.model} on {r.unit.target} at "
+                           f"{', '.join(_point(p) for p in r.arm64.left_out)}: past the check's budget of "
+                           f"{r.unit.verify.budget_s:.0f} s by the plan's estimate (verify.seconds)")
 
 
 def _build_outputs(console: Console, report: BuildReport) -> None:

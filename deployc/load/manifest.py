@@ -146,7 +146,9 @@ class VerifySpec(Frozen):
     seconds: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="a decoder in the static form verified on an emulator (QNN's HTP, seconds a "
                                   "call): the seconds its verification may take by the plan's estimate; the plan "
-                                  "judges fewer greedy prompts (at least 1) to fit, and says so (default 300)")
+                                  "judges fewer greedy prompts (at least 1) to fit, and says so; a decoder's arm64 "
+                                  "check under qemu: the seconds it may take, the verification points that fit run, "
+                                  "smallest first (default 300)")
     allow_float_ops: bool = Field(default=False, description="on a unit whose profile says int8_only: accept a "
                                   "program with operators left outside the unit's int8 kernels (float or portable "
                                   "compute); by default such a program fails, naming them")

@@ -186,8 +186,9 @@ class Verify(Frozen):
     generate: int = 0  # greedy tokens per fixed prompt compared with eager (text-generation programs); 0: none
     min_tokens: int = 0  # of them, how many leading ones must match
     prompts: int = 8  # greedy parity prompts (fewer where a static decoder's verification must fit its budget)
-    # A decoder in the static form verified on an emulator: the seconds its verification may take, and the plan's
-    # estimate of them (plan/static_checks.py); None elsewhere, or without a parameter count to estimate from.
+    # A decoder in the static form verified on an emulator, or a decoder's arm64 check under qemu: the seconds it
+    # may take, and the plan's estimate of them (plan/static_checks.py, plan/arm64_checks.py); None elsewhere, or
+    # without a parameter count to estimate from.
     budget_s: float | None = None
     estimate_s: float | None = None
     # Text-generation programs judged on held-out text (Export.text): the program's perplexity over
@@ -199,6 +200,9 @@ class Verify(Frozen):
     # An arm64 device's CPU program is also run by ExecuTorch's arm64 runtime under qemu-aarch64, emulating
     # this CPU model (the profile's device.emulated_cpu); "": no arm64 check.
     arm64_cpu: str = ""
+    # The points the arm64 check runs (None: all of them): a decoder's, those that fit the budget (budget_s) by
+    # the plan's estimate (estimate_s; plan/arm64_checks.py), smallest first. Its held-out positions always run.
+    arm64_points: list[dict[str, int]] | None = None
     # Run is true but the program is not: its lowered graph runs in PyTorch with these reference kernels
     # (the backend's `host_reference`), because this host's runtime has none of its kernels.
     host_reference: str = ""

@@ -30,7 +30,7 @@ from deployc.load.project import Project
 from deployc.pipeline.asset_sources import corpus_files, index_queries, tokenizer_file
 from deployc.pipeline.config import pipeline_config
 from deployc.pipeline.ops import image, op_of
-from deployc.plan import calibration_text, heldout, static_checks, task_data
+from deployc.plan import arm64_checks, calibration_text, heldout, static_checks, task_data
 from deployc.plan.build_plan import (
     NOT_CONTENT,
     NOT_JUDGED_COSINE,
@@ -479,6 +479,8 @@ def _candidate_plan(project: Project, r: ResolvedModel, unit: Unit, recipe: Reci
     export, verify = _export_step(c, text, text_reason), _verify_step(c, text, generate)
     if c.static is not None:
         export, verify = _within_budget(c, export, verify, generate)
+    elif verify.arm64_cpu:
+        verify = _arm64_within_budget(c, export, verify)
     calibration = _calibration_text(c, export.text)
     # Ranges calibrated on text are not widened: the text covers what the app feeds, and the bit matters
     # (SmolLM2 in 16a8w, simulated: KL 0.053 widened, 0.022 not; docs/qnn.md).
@@ -518,6 +520,23 @@ def _within_budget(c: _Candidate, export: Export, verify: Verify, generate: int)
         assert j is not None
     return export, verify.model_copy(update={"budget_s": budget,
                                              "estimate_s": round(static_checks.estimate_s(j.calls(), weights), 1)})
+
+
+def _arm64_within_budget(c: _Candidate, export: Export, verify: Verify) -> Verify:
+    """A decoder's arm64 check: the verification points it runs within the budget by the plan's estimate,
+    budget and estimate recorded. Unchanged (every point) for other models, or without a weight count."""
+    weights = _weights(c) if is_decoder(c.spec) else None
+    tokens = next((i for i in export.inputs if i.name == "tokens"), None)
+    if weights is None or tokens is None or not isinstance(tokens.shape[-1], str):
+        return verify
+    budget = c.r.tolerances.seconds or arm64_checks.DEFAULT_BUDGET_S
+    positions = 0
+    if export.text is not None:
+        logits = next(iter(c.spec.outputs.values())).shape if c.spec.outputs else []
+        vocab = logits[-1] if logits and isinstance(logits[-1], int) else 0
+        positions = arm64_checks.text_positions(vocab, sum(len(w) - 1 for w in export.text.windows))
+    fit = arm64_checks.fitting(verify.points, tokens.shape[-1], positions, weights, budget)
+    return verify.model_copy(update={"arm64_points": fit.run, "budget_s": budget, "estimate_s": fit.estimate_s})
 
 
 def _weights(c: _Candidate) -> int | None:

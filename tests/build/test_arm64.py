@@ -85,6 +85,45 @@ def test_a_miss_on_arm64_fails_the_unit_naming_the_cpu_and_the_figure(arm: Built
     assert crashed.failure.error.endswith("execution failed (error 18)")
 
 
+def test_the_check_runs_the_budgets_points_and_always_the_held_out_positions(tmp_path: Path) -> None:
+    from deployc.build.arm64_check import _cases
+    from deployc.plan.arm64_checks import fitting
+
+    smol = 134_515_008  # SmolLM2-135M's weights: a 512-token prefill under qemu is past a 300 s budget
+    fit = fitting([{"seq": 1}, {"seq": 256}, {"seq": 512}], "seq", 8, smol, 300.0)
+    assert (fit.run, fit.left_out, fit.estimate_s) == ([{"seq": 1}, {"seq": 256}], [{"seq": 512}], 164.7)
+    tiny = fitting([{"seq": 1}, {"seq": 256}, {"seq": 512}], "seq", 94, 4_200_000, 300.0)
+    assert (tiny.run, tiny.left_out) == ([{"seq": 1}, {"seq": 256}, {"seq": 512}], [])
+    assert fitting([{"seq": 256}, {"seq": 2}], "seq", 8, smol, 1.0).run == [{"seq": 2}]  # the smallest, always
+    vectors = tmp_path / "selftest.json"
+    cases = [{"dims": {"seq": 1}}, {"dims": {"seq": 256}}, {"dims": {"seq": 512}},
+             {"dims": {"seq": 1}, "target": 7}, {"dims": {"seq": 2}, "task": {"measure": "top1"}}]
+    vectors.write_text(json.dumps({"schema_version": 3, "cases": cases}))
+    assert _cases(vectors, None, tmp_path / "kept.json") == vectors  # every point: the file itself
+    kept = json.loads(_cases(vectors, fit.run, tmp_path / "kept.json").read_text())["cases"]
+    assert kept == [cases[0], cases[1], cases[3], cases[4]]
+
+
+def test_points_left_out_are_reported(arm: Built) -> None:
+    from deployc.build.arm64_check import _judged
+    from deployc.build.results import UnitResult, Verification
+
+    from deployc.plan.build_plan import Verify
+
+    plan_unit = _unit_plan(arm)
+    assert plan_unit.verify.arm64_points is None  # the suite's own unit (no decoder) runs every point
+    budgeted = plan_unit.verify.model_copy(update={"points": [{"seq": 1}, {"seq": 512}],
+                                                   "arm64_points": [{"seq": 1}], "budget_s": 300.0})
+    plan_unit = plan_unit.model_copy(update={"steps": [budgeted if isinstance(s, Verify) else s
+                                                       for s in plan_unit.steps]})
+    passed = UnitResult(unit=plan_unit, status="built", program="/x/program.pte",
+                        verification=Verification(status="passed", tolerance=_tolerance(plan_unit)))
+    judged = _judged(passed, {"status": "measured", "reason": "", "cases": 1, "min_cosine": 1.0,
+                              "min_sqnr_db": 60.0, "max_abs": 0.0}, seconds=0.5)
+    assert judged.status == "built" and judged.arm64 is not None and judged.arm64.status == "passed"
+    assert judged.arm64.left_out == [{"seq": 512}]
+
+
 def _unit_plan(arm: Built):  # type: ignore[no-untyped-def]
     from deployc.load.project import load_project
     from deployc.plan.planner import make_plan
