@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -115,6 +116,7 @@ def rag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.code == 0, result.err[-3000:]
     assert {u["status"] for u in report["units"]} == {"built"}
     (folder / "build.err").write_text(result.err)  # the progress lines, for tests of what the build says
+    (folder / "build.json").write_text(json.dumps(report))  # the build's report
     return folder / "dist" / "rag-offline" / "1.0.0"
 
 

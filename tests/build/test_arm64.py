@@ -107,7 +107,6 @@ def test_the_check_runs_the_budgets_points_and_always_the_held_out_positions(tmp
 def test_points_left_out_are_reported(arm: Built) -> None:
     from deployc.build.arm64_check import _judged
     from deployc.build.results import UnitResult, Verification
-
     from deployc.plan.build_plan import Verify
 
     plan_unit = _unit_plan(arm)
