@@ -16,6 +16,7 @@ from deployc.graph.gguf_blocks import (
     BlockLinear,
     Blocks,
     ByteEmbedding,
+    Fused,
     PooledRMSNorm,
     Shared,
     int8_per_token,
@@ -23,6 +24,7 @@ from deployc.graph.gguf_blocks import (
     q4_1,
     q8_0,
     recover,
+    stacked,
 )
 
 
@@ -58,9 +60,9 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
     assert kinds["model.layers.0.mlp.down_proj"] == "Q4_0" and kinds["model.layers.0.self_attn.q_proj"] == "Q4_1"
     assert isinstance(kept.lm_head, BlockLinear) and len(kept.lm_head.parts) == 2
     assert isinstance(kept.model.embed_tokens, ByteEmbedding)
-    layer = kept.model.layers[0]  # linears of one input share its residual: q, k and v; gate and up
-    assert isinstance(layer.self_attn.shared, Shared) and len(layer.self_attn.shared.linears) == 3
-    assert isinstance(layer.mlp.shared, Shared) and not hasattr(layer.mlp, "gate_proj")
+    layer = kept.model.layers[0]  # linears of one input are one linear of their stacked blocks: q, k and v; ...
+    assert isinstance(layer.self_attn.shared, Fused) and layer.self_attn.shared.sizes == [64, 32, 32]
+    assert isinstance(layer.mlp.shared, Fused) and not hasattr(layer.mlp, "gate_proj")  # ... gate and up
     assert isinstance(layer.input_layernorm, PooledRMSNorm) and isinstance(kept.model.norm, PooledRMSNorm)
     tokens, pos = torch.tensor([[1, 50, 7, 200, 31, 9]]), torch.arange(6)
     with torch.no_grad():
@@ -133,3 +135,22 @@ def test_negative_and_zero_scales_become_positive_ones_with_the_same_values() ->
     x = torch.randn(3, 64, generator=g)
     want = torch.nn.functional.linear(x, weight)
     assert ((linear(x) - want).norm() / want.norm()).item() < 1e-4
+
+
+def test_linears_of_one_input_computed_as_one_give_each_ones_outputs(
+        weights: tuple[dict, dict[str, torch.Tensor]]) -> None:
+    """q, k and v stacked into one linear: each output channel is its own linear's, to float rounding; blocks of
+    different kinds (a Q4_0 v beside Q4_1 q and k) stay apart, sharing the input's residual (`Shared`)."""
+    state = weights[1]
+    names = [f"model.layers.0.self_attn.{n}_proj.weight" for n in ("q", "k", "v")]
+    blocks = [recover(state[n]) for n in names]
+    assert all(b is not None and b.kind == "Q4_1" for b in blocks)
+    together = stacked(blocks)  # type: ignore[arg-type]
+    assert together is not None and together.codes.shape == (128, 64) and together.minimum is not None
+    fused, apart = Fused(together, [64, 32, 32], residual=True), Shared([BlockLinear(b, True) for b in blocks])  # type: ignore[arg-type]
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        for one, each in zip(fused(x), apart(x), strict=True):
+            assert one.is_contiguous() and torch.allclose(one, each, rtol=0, atol=1e-5)
+    q4_0 = Blocks("Q4_0", blocks[2].codes, blocks[2].scale, None)  # type: ignore[union-attr]
+    assert stacked([blocks[0], blocks[1], q4_0]) is None  # type: ignore[list-item]
