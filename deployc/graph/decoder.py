@@ -125,6 +125,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+class RotateHalf(nn.Module):
+    """rotate_half as a module of the attention, so that a scheme can compute it another way
+    (graph/gguf_blocks.py's `RotationProduct`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rotate_half(x)
+
+
 class Attention(nn.Module):
     k_cache: torch.Tensor
     v_cache: torch.Tensor
@@ -142,6 +150,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(c.head_dim, c.eps, False)
             self.k_norm = RMSNorm(c.head_dim, c.eps, False)
         self.qk_norm = c.qk_norm
+        self.rotate: nn.Module = RotateHalf()
         # Linears of one input that a quantization may compute together (graph/gguf_blocks.py's Shared).
         self.shared_inputs: tuple[tuple[str, ...], ...] = () if c.attention_bias else (("q_proj", "k_proj", "v_proj"),)
         self.shared: nn.Module | None = None
@@ -162,8 +171,8 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, head_dim)).view(1, -1, heads, head_dim)
             k = self.k_norm(k.reshape(-1, head_dim)).view(1, -1, kv_heads, head_dim)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q = q * cos + self.rotate(q) * sin
+        k = k * cos + self.rotate(k) * sin
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
         # Grouped-query attention: each cached head serves a group of q heads (heads j*g .. j*g+g-1), whose

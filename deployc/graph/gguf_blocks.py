@@ -286,6 +286,25 @@ class PooledRMSNorm(nn.Module):
         return normed * (1.0 + self.weight) if self.gemma else normed * self.weight
 
 
+class RotationProduct(nn.Module):
+    """rotate_half ([-x2, x1] of each head's halves) as a product with its signed permutation matrix: exact
+    (each output is one input, the other products zeros), and a linear XNNPACK delegates, where it delegates
+    no slice of a tensor of dynamic length (the halves' slices ended a delegate each)."""
+
+    weight: torch.Tensor
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        half = head_dim // 2
+        weight = torch.zeros(head_dim, head_dim)
+        weight[torch.arange(half), torch.arange(half) + half] = -1.0
+        weight[torch.arange(half) + half, torch.arange(half)] = 1.0
+        self.register_buffer("weight", weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight)
+
+
 @dataclass(frozen=True)
 class Rounding:
     """What the blocks of a float model's weights are: None keeps a GGUF file's own (a weight on no grid is
@@ -339,6 +358,8 @@ def keep_blocks(model: nn.Module, residual: bool = True, round_float: bool = Fal
         if isinstance(parent, Attention | MLP):
             for names in parent.shared_inputs:
                 share(parent, names, _one_input(prefix, parent, names, residual, kinds, rounding))
+            if isinstance(parent, Attention):
+                parent.rotate = RotationProduct(parent.head_dim)
         for name, child in list(parent.named_children()):
             full = prefix + name
             if isinstance(child, nn.Linear) and child.bias is None:

@@ -11,13 +11,14 @@ from helpers.gguf_files import write_gguf
 
 from deployc.core import gguf, gguf_model
 from deployc.core.errors import BuildError
-from deployc.graph.decoder import Decoder, decoder_from_weights
+from deployc.graph.decoder import Decoder, decoder_from_weights, rotate_half
 from deployc.graph.gguf_blocks import (
     BlockLinear,
     Blocks,
     ByteEmbedding,
     Fused,
     PooledRMSNorm,
+    RotationProduct,
     Shared,
     int8_per_token,
     keep_blocks,
@@ -64,6 +65,7 @@ def test_the_model_keeps_its_blocks_and_stays_within_the_residuals_error(
     assert isinstance(layer.self_attn.shared, Fused) and layer.self_attn.shared.sizes == [64, 32, 32]
     assert isinstance(layer.mlp.shared, Fused) and not hasattr(layer.mlp, "gate_proj")  # ... gate and up
     assert isinstance(layer.input_layernorm, PooledRMSNorm) and isinstance(kept.model.norm, PooledRMSNorm)
+    assert isinstance(layer.self_attn.rotate, RotationProduct)
     tokens, pos = torch.tensor([[1, 50, 7, 200, 31, 9]]), torch.arange(6)
     with torch.no_grad():
         want, got, coarse = ref(tokens, pos), kept(tokens, pos), once(tokens, pos)
@@ -154,3 +156,9 @@ def test_linears_of_one_input_computed_as_one_give_each_ones_outputs(
             assert one.is_contiguous() and torch.allclose(one, each, rtol=0, atol=1e-5)
     q4_0 = Blocks("Q4_0", blocks[2].codes, blocks[2].scale, None)  # type: ignore[union-attr]
     assert stacked([blocks[0], blocks[1], q4_0]) is None  # type: ignore[list-item]
+
+
+def test_rotate_half_as_a_product_is_exact() -> None:
+    """The halves' swap as a linear with a signed permutation matrix: every output is one input, bit for bit."""
+    x = torch.randn(1, 9, 7, 64) * 1e3
+    assert torch.equal(RotationProduct(64)(x), rotate_half(x))
