@@ -6,6 +6,7 @@ export of the same weights, side by side in one run: taking turns (deployc, llam
     .venv/bin/deployc build manifests/smollm2.yaml --no-emulate
     .venv/bin/python benchmarks/export_llm_peer.py     # ExecuTorch's export_llm program (~20 min)
     .venv/bin/python benchmarks/llm_bench.py [--bundle DIR] [--export-llm PATH.pte] [--rounds 2]
+                                             [--baseline DIR]   # an earlier deployc bundle, beside: a change's effect
 
 Without `--bundle` the bundle is the one `deployc build manifests/smollm2.yaml` wrote into dist/. Engines:
 deployc's program through ExecuTorch's Python runtime (what `deployc run` uses) and through the native
@@ -22,6 +23,7 @@ of the embedding table of which a token reads one row, so its share is an upper 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import statistics
@@ -180,12 +182,19 @@ def bandwidth_gb_s(threads: int) -> float:
     return data.nbytes / best / 1e9
 
 
+def _decoder(bundle: Path) -> Path | None:
+    """The bundle's decoder program: llm.pte (the RAG bundle's), else its one program."""
+    return bundle / "llm.pte" if (bundle / "llm.pte").is_file() else next(bundle.glob("*.pte"), None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, default=BUNDLE, help="deployc's SmolLM2 bundle (default: dist/)")
     ap.add_argument("--export-llm", type=Path, default=EXPORT_LLM,
                     help="ExecuTorch's export_llm program (export_llm_peer.py makes it; left out when absent)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--baseline", type=Path, help="another deployc bundle of the model (an earlier build), measured "
+                                                  "beside it through the Python runtime: what a change did")
     ap.add_argument("--one", nargs=3, metavar=("ENGINE", "PATH", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -194,11 +203,20 @@ def main() -> None:
                    else measure_in_process(engine, Path(path), int(threads)))
         print(json.dumps(figures))
         return
-    program = next(args.bundle.glob("*.pte"), None)
+    program = _decoder(args.bundle)
     if program is None:
         sys.exit(f"no program in {args.bundle}: run `deployc build manifests/smollm2.yaml --no-emulate` first")
     engines: dict[str, tuple[Path, Path]] = {  # name -> (what it runs, the file whose size it reads per token)
-        "deployc (python)": (program, program), "llama.cpp Q4_1": (gguf_path(), gguf_path())}
+        "deployc (python)": (program, program)}
+    if args.baseline is not None:
+        before = _decoder(args.baseline)
+        if before is None:
+            sys.exit(f"no program in {args.baseline}")
+        engines["baseline (python)"] = (before, before)
+    if importlib.util.find_spec("llama_cpp") is not None:
+        engines["llama.cpp Q4_1"] = (gguf_path(), gguf_path())
+    else:
+        print("no llama_cpp: llama.cpp left out (make install-bench)")
     if RUNNER.is_file():
         engines["deployc runner"] = (args.bundle, program)
     else:
