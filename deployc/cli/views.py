@@ -189,19 +189,20 @@ def _plan_beyond_this_runtime(console: Console, build_plan: BuildPlan) -> None:
         v = u.verify
         if v.arm64_cpu:
             console.result(f"  {u.model} on {u.target} ({u.unit}): also verified on arm64 kernels (ExecuTorch's "
-                           f"aarch64 runtime under qemu-aarch64 -cpu {v.arm64_cpu}){_arm64_points(v)}")
+                           f"aarch64 runtime under qemu-aarch64 -cpu {v.arm64_cpu})"
+                           f"{_arm64_points(v, u.export.text is not None)}")
         if v.host_reference:
             console.result(f"  {u.model} on {u.target} ({u.unit}): verified on {v.host_reference}"
                            + ("; int8 kernels only (float operators fail it)" if v.int8_only else ""))
 
 
-def _arm64_points(v: Verify) -> str:
+def _arm64_points(v: Verify, held_out: bool) -> str:
     """What a decoder's arm64 check runs within its budget, in words ("" when it runs every point)."""
     if v.arm64_points is None or v.estimate_s is None or v.budget_s is None:
         return ""
     left_out = [p for p in v.points if p not in v.arm64_points]
-    run = ", ".join(_point(p) for p in v.arm64_points)
-    return (f" at {run} and the held-out positions, about {v.estimate_s:.0f} s by the plan's estimate (budget "
+    run = ", ".join(_point(p) for p in v.arm64_points) + (" and the held-out positions" if held_out else "")
+    return (f" at {run}, about {v.estimate_s:.0f} s by the plan's estimate (budget "
             f"{v.budget_s:.0f} s)" + (f"; {', '.join(_point(p) for p in left_out)} left out to fit it" if left_out
                                       else ""))
 
