@@ -15,10 +15,9 @@ per token; that error is what remains (KL 0.03 on SmolLM2's held-out text, 7x ll
 residual, x minus its int8 image (computed here with XNNPACK's formula), goes through the same 4-bit
 weights as a second batch row of the same call: ~16-bit activations for twice the multiply-adds, the
 weights read once. A decoder's linears of one input (q, k and v; gate and up) are one linear of their stacked
-blocks (`Fused`: on a 6-layer cut of SmolLM2, 12% fewer graph nodes, 23% less lowering, the same outputs, the
-same speed) where the blocks are of one kind,
-else share the input's residual (`Shared`); all of it is written in operators XNNPACK delegates, so a layer
-lowers to a few partitions rather than a partition per operator.
+blocks where the blocks are of one kind (`Fused`: on a 6-layer cut of SmolLM2, 12% fewer graph nodes, 23% less
+lowering, the same outputs, the same speed), else share the input's residual (`Shared`); all of it is written
+in operators XNNPACK delegates, so a layer lowers to a few partitions rather than a partition per operator.
 
 The embedding table (Q8_0) is looked up as int8 codes times its blocks' scales: exact.
 """
