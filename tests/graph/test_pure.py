@@ -11,10 +11,11 @@ import pytest
 from deployc.build.programs import compare_outputs
 from deployc.core.facts import Metrics, PointMetrics, SizeRange, Summary, TensorFacts
 from deployc.graph.metrics import EXACT_SQNR_DB, compare, judge, summarize
+from deployc.load.manifest import ModelSpec
 from deployc.packaging.corpus import chunk_text
 from deployc.pipeline.host.generation import choose, fit_prompt, frame_tokens, generate
 from deployc.plan.build_plan import DimPlan, OutputPlan
-from deployc.plan.planner import verification_points
+from deployc.plan.planner import verification_points, with_short_prompt
 
 # ---- metrics -------------------------------------------------------------------------------------------
 
@@ -132,6 +133,18 @@ def test_verification_points_are_min_mid_max_deduplicated() -> None:
     assert verification_points([DimPlan(name="b", min=5, max=5)]) == [{"b": 5}]
     assert verification_points([DimPlan(name="b", min=1, max=4), DimPlan(name="s", min=8, max=64)]) == [
         {"b": 1, "s": 8}, {"b": 2, "s": 36}, {"b": 4, "s": 64}]
+
+
+def test_a_decoder_gets_a_short_prompt_after_its_shortest_where_its_token_dim_has_room() -> None:
+    spec = ModelSpec.model_validate({"source": {"factory": "m:f"}, "task": "text-generation", "inputs": {
+        "tokens": {"shape": [1, "seq"], "dtype": "int64"}, "input_pos": {"shape": ["seq"], "dtype": "int64"}}})
+    seq = [DimPlan(name="seq", min=1, max=512)]
+    assert with_short_prompt(verification_points(seq), spec, seq) == [{"seq": 1}, {"seq": 17}, {"seq": 256},
+                                                                       {"seq": 512}]
+    short = [DimPlan(name="seq", min=1, max=32)]  # 17 is past the middle (16): min, middle and max as before
+    assert with_short_prompt(verification_points(short), spec, short) == [{"seq": 1}, {"seq": 16}, {"seq": 32}]
+    fixed = ModelSpec.model_validate({"source": {"factory": "m:f"}, "inputs": {"tokens": {"shape": [1, 8]}}})
+    assert with_short_prompt([{"seq": 1}], fixed, seq) == [{"seq": 1}]  # no dynamic token dim: nothing added
 
 
 def test_export_point_never_uses_size_one_for_a_dim_that_may_grow() -> None:
