@@ -4,24 +4,19 @@ it needs (the manifest's folder, asset sources, the pipeline, bundle names) is i
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from deployc.build import arm64_check
+from deployc.apply.downstream import Downstream
 from deployc.build.cache import Cache
 from deployc.build.executors import Executor
 from deployc.build.programs import build
-from deployc.build.results import BuildReport, BundleResult, UnitResult
+from deployc.build.results import BuildReport, BundleResult
 from deployc.core.errors import Diagnostic, ManifestError, PlanChanged
 from deployc.core.events import EventSink, Say
 from deployc.core.file_hashes import FileHashes
-from deployc.plan.build_plan import BuildPlan, TargetPlan
+from deployc.plan.build_plan import BuildPlan
 from deployc.plan.releases import ReleaseStatus, intact, release_status
 from deployc.plan.toolchain import Toolchain
-
-if TYPE_CHECKING:
-    from deployc.packaging.assets import Asset
 
 
 def check_inputs(plan: BuildPlan, toolchain: Toolchain, plan_file: Path, hashes: FileHashes | None = None) -> None:
@@ -66,20 +61,17 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
           say: Say, warn: Say, emulate: bool = True) -> BuildReport:
     """emulate: False skips the arm64 check of arm64 devices' CPU programs (reported not-run)."""
     releases = check_releases(plan, out, force)
-    built = build(plan, cache, executor, events, say, warn)
-    # Host reference programs (indexes' embed_with: reference) are the build's own, not units of a bundle.
-    references = {built[r.label].unit.program_key: built.pop(r.label) for r in plan.references().values()}
     unchanged = {s.profile for s in releases if s.state == "unchanged"}
     kept = {t.profile for t in plan.targets if t.profile in unchanged and intact(out / t.bundle.dir,
                                                                                    out / t.bundle.archive)}
-    # The arm64 check (qemu, minutes for a decoder) runs while the targets' assets are built (the indexes'
-    # embedding processes): both take the cores they can use instead of one waiting for the other. Assets
-    # of a target whose check then fails are not written (their cache entries are kept).
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        checking = pool.submit(arm64_check.check, built, cache, emulate, say)
-        assets = {t.profile: _assets(plan, t, built, references, cache, say) for t in plan.targets
-                  if t.profile not in kept and not any(built[u.label].status == "failed" for u in t.units)}
-        results = checking.result()
+    # A unit's arm64 check (qemu, minutes for a decoder) and a target's assets (the indexes' embedding
+    # processes) start as the programs they need settle, while the others still build. Assets of a target
+    # whose unit then fails are not written (their cache entries are kept).
+    with Downstream(plan, kept, cache, emulate, say) as downstream:
+        built = build(plan, cache, executor, events, say, warn, settled=downstream.settled)
+        checked, assets = downstream.finish()
+    # Host reference programs (indexes' embed_with: reference) are the build's own, not units of a bundle.
+    results = {label: checked[label] for label in built if label in checked}
     bundles: dict[str, BundleResult] = {}
     not_written: dict[str, str] = {}
     for t in plan.targets:
@@ -100,10 +92,3 @@ def apply(plan: BuildPlan, out: Path, cache: Cache, executor: Executor, *, force
         bundles[t.profile] = write_bundle(plan, t, units, out, force, assets[t.profile])
     return BuildReport(units=list(results.values()), bundles=bundles, bundles_not_written=not_written,
                        releases=releases)
-
-
-def _assets(plan: BuildPlan, target: TargetPlan, built: dict[str, UnitResult], references: dict[str, UnitResult],
-            cache: Cache, say: Say) -> list[Asset]:
-    from deployc.packaging.assets import build_assets  # packaging imports flatbuffers (and numpy)
-
-    return build_assets(plan, target, built, references, cache, say)

@@ -277,7 +277,8 @@ def _latency(judged: UnitResult) -> float:
 @dataclass
 class _Driver:
     """One plan's build in the driver process: what each program's build gave (`results`), its cache entry
-    read once, and each unit judged once per program."""
+    read once, each unit judged once per program, and each unit (and host reference program) handed on once
+    its walk has settled (`settled`), while the other programs still build."""
 
     plan: BuildPlan
     cache: Cache
@@ -285,9 +286,11 @@ class _Driver:
     events: EventSink
     say: Say
     warn: Say
+    on_settled: Callable[[UnitResult], None]
     results: dict[str, WorkerResult] = field(default_factory=dict)
     entries: dict[str, Entry | None] = field(default_factory=dict)
     judged: dict[tuple[str, str], UnitResult] = field(default_factory=dict)
+    handed: dict[str, UnitResult] = field(default_factory=dict)
 
     def entry(self, key: str) -> Entry | None:
         # One verified read per program, however many targets share it (a MiniLM program is 58 MB to hash).
@@ -326,6 +329,7 @@ class _Driver:
                 self.results[key] = failed
             else:
                 todo.append(unit)
+        self.hand_on()
         return todo
 
     def run(self, todo: list[UnitPlan], cached: int) -> None:
@@ -334,14 +338,28 @@ class _Driver:
         for u in todo:
             self.events(Event(label=u.label, kind="queued"))
         t = time.perf_counter()
-        built = self.executor.run(todo, self.plan.folder, self.cache, self.events)
-        for r in built.values():
-            if r.warning:
-                self.warn(r.warning)
-            if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
-                _remember_failure(self.cache, r)
+        self.executor.run(todo, self.plan.folder, self.cache, self.events, self.arrived)
         self.say(f"built in {time.perf_counter() - t:.1f} s")
-        self.results.update(built)
+
+    def arrived(self, r: WorkerResult) -> None:
+        """One program's build result, as it comes."""
+        if r.warning:
+            self.warn(r.warning)
+        if r.status == "failed" and r.step in DETERMINISTIC_STEPS:
+            _remember_failure(self.cache, r)
+        self.results[r.key] = r
+        self.hand_on()
+
+    def hand_on(self) -> None:
+        """Every unit whose walk the results so far settle, and every reference program built, handed on once."""
+        for reference in self.plan.references().values():
+            if reference.label not in self.handed and reference.program_key in self.results:
+                self.handed[reference.label] = self.judge(reference)
+                self.on_settled(self.handed[reference.label])
+        for u in self.plan.units():
+            if u.label not in self.handed and not _settle(u, self.results, self.judge).todo:
+                self.handed[u.label] = self.settled(u)
+                self.on_settled(self.handed[u.label])
 
     def settled(self, u: UnitPlan) -> UnitResult:
         """A unit at the end of its walk: the program it ships, how it got there, and its verdict."""
@@ -366,21 +384,20 @@ def largest_first(todo: list[UnitPlan]) -> list[UnitPlan]:
     return sorted(todo, key=lambda u: -(u.weights or 0))
 
 
-def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say,
-          warn: Say) -> dict[str, UnitResult]:
+def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say, warn: Say,
+          settled: Callable[[UnitResult], None] = lambda r: None) -> dict[str, UnitResult]:
     """Build every program the units' walks need (or find it cached): a unit's planned program, then,
     where its backend failed or no candidate of its choice of schemes passed, the next candidate; judge
-    every unit. Keyed by the label of the unit as planned."""
-    driver = _Driver(plan, cache, executor, events, say, warn)
+    every unit. Keyed by the label of the unit as planned. `settled` gets each unit (and each host reference
+    program) as soon as the programs built so far settle it: what follows it starts while the rest build."""
+    driver = _Driver(plan, cache, executor, events, say, warn, settled)
     while wanted := driver.wanted():
         todo = driver.not_cached(wanted)
         if todo:
             driver.run(todo, len(wanted) - len(todo))
+    driver.hand_on()  # a plan whose programs were all cached: nothing arrived
     for key in driver.results:
         entry = driver.entry(key)
         if entry is not None:
             cache.publish(entry)  # what local workers built reaches a shared cache too
-    judged = {u.label: driver.settled(u) for u in plan.units()}
-    for reference in plan.references().values():  # host reference programs: judged too, reported by the index
-        judged[reference.label] = driver.judge(reference)
-    return judged
+    return {u.label: driver.handed[u.label] for u in [*plan.units(), *plan.references().values()]}

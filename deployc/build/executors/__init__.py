@@ -2,7 +2,7 @@
 
 `local`: a pool of worker processes on this machine (`--jobs`). `ray`: one Ray task per program on a
 Ray cluster (`--ray-address`, or a cluster started for the build). Both hand WorkerJobs to
-build.program_job.build_program and return its WorkerResults, each with the node that built the program
+build.program_job.build_program and hand on its WorkerResults as they come, each with the node that built the program
 and how many worker processes started it. The driver plans, judges and packages; executors only build.
 """
 
@@ -23,8 +23,10 @@ class Executor(Protocol):
         """How the units will be built, for the progress line."""
         ...
 
-    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
-        """Build every unit's program into `cache`; results keyed by program key."""
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink,
+            done: Callable[[WorkerResult], None]) -> None:
+        """Build every unit's program into `cache`, handing each result to `done` (in this thread) as it comes,
+        so what depends on one program starts while the others build."""
         ...
 
 
@@ -43,8 +45,9 @@ class _OnFirstUse:
     def describe(self, units: int) -> str:
         return self._executor().describe(units)
 
-    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
-        return self._executor().run(todo, folder, cache, events)
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink,
+            done: Callable[[WorkerResult], None]) -> None:
+        self._executor().run(todo, folder, cache, events, done)
 
 
 def make_executor(name: str, jobs: int, ray_address: str | None = None, verbose: bool = False) -> Executor:

@@ -7,7 +7,8 @@ import os
 import queue
 import socket
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ class LocalExecutor:
     def describe(self, units: int) -> str:
         return f"{min(self.jobs, units)} worker process(es)"
 
-    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink,
+            done: Callable[[WorkerResult], None]) -> None:
         jobs = min(self.jobs, len(todo))
         ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
         channel = ctx.Queue()
@@ -67,20 +69,19 @@ class LocalExecutor:
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         log_dir = None if self.verbose else str(cache.log_dir)
-        results: dict[str, WorkerResult] = {}
         try:
             # Workers write into the local cache (a shared one's local mirror); the driver publishes.
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                                      initargs=(channel, log_dir)) as pool:
-                futures = {u.program_key: pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root),
-                                                                        folder=str(folder), log_dir=log_dir))
-                           for u in todo}
-                for key, fut in futures.items():
+                futures = {pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root), folder=str(folder),
+                                                         log_dir=log_dir)): u.program_key for u in todo}
+                for fut in as_completed(futures):
                     try:
-                        results[key] = fut.result()
+                        result = fut.result()
                     except BrokenProcessPool:
-                        results[key] = WorkerResult(key=key, status="failed", step="build",
-                                                    error="the worker process died (killed, or crashed in native code)")
+                        result = WorkerResult(key=futures[fut], status="failed", step="build",
+                                              error="the worker process died (killed, or crashed in native code)")
+                    done(result)
         finally:
             stop.set()
             reader.join(timeout=2)
@@ -89,4 +90,3 @@ class LocalExecutor:
                     events(channel.get_nowait())
                 except (queue.Empty, EOFError, OSError):
                     break
-        return results

@@ -16,7 +16,7 @@ import os
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -173,7 +173,8 @@ class RayExecutor:
             where = self.address or "a local cluster"
             raise BuildError(f"cannot start Ray tasks on {where}: {str(exc).splitlines()[0][:300]}") from exc
 
-    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink) -> dict[str, WorkerResult]:
+    def run(self, todo: list[UnitPlan], folder: Path, cache: Cache, events: EventSink,
+            done: Callable[[WorkerResult], None]) -> None:
         ray = import_ray()
         from ray.util.queue import Empty, Queue
 
@@ -185,10 +186,10 @@ class RayExecutor:
         # document: they go to the log; what they mean reaches the user as retries and failures.
         with open(log, "a") as notices, redirect_stdout(notices):
             self._connect(ray, folder, out_dirs, log)
-            return self._run_connected(ray, Empty, Queue, todo, cache, events)
+            self._run_connected(ray, Empty, Queue, todo, cache, events, done)
 
     def _run_connected(self, ray: Any, Empty: Any, Queue: Any, todo: list[UnitPlan], cache: Cache,
-                       events: EventSink) -> dict[str, WorkerResult]:
+                       events: EventSink, done: Callable[[WorkerResult], None]) -> None:
         attempts: dict[str, int] = {}
         stop = threading.Event()
 
@@ -218,18 +219,17 @@ class RayExecutor:
             units = {u.program_key: u for u in todo}
             refs = {task.options(name=f"deployc:{u.label}").remote(u, spec, channel): key
                     for key, u in units.items()}
-            results: dict[str, WorkerResult] = {}
             pending = list(refs)
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                key = refs[done[0]]
-                results[key] = self._collect(ray, done[0], units[key], cache)
+                ready, pending = ray.wait(pending, num_returns=1)
+                key = refs[ready[0]]
+                result = self._collect(ray, ready[0], units[key], cache)
+                # A retry's "started" event comes before its result; the reader passes it on within 0.5 s.
+                done(result.model_copy(update={"attempts": max(1, attempts.get(units[key].label, 1))}))
             stop.set()
             reader.join()
             for event in channel.get_nowait_batch(channel.qsize()):  # what arrived after the last poll
                 show(event)
-            return {key: r.model_copy(update={"attempts": max(1, attempts.get(units[key].label, 1))})
-                    for key, r in results.items()}
         finally:
             stop.set()
             ray.shutdown()
