@@ -46,8 +46,8 @@ class Downstream:
         self._checks.shutdown(wait=True, cancel_futures=cancel)
         self._assets.shutdown(wait=True, cancel_futures=cancel)
 
-    def settled(self, r: UnitResult) -> None:
-        label = r.unit.label
+    def settled(self, label: str, r: UnitResult) -> None:
+        """`label`: the unit's as planned (its result's own is the candidate's it ships, e.g. `...:8da4w`)."""
         if label in self.reference_labels:
             self.references[r.unit.program_key] = r
         else:
@@ -84,6 +84,6 @@ class Downstream:
     def _start(self, t: TargetPlan) -> None:
         from deployc.packaging.assets import build_assets  # packaging imports flatbuffers (and numpy)
 
-        programs = {label: r for label, r in self.units.items() if r.unit.target == t.target}
+        programs = {label: r for label, r in self.units.items() if r.unit.target == t.target}  # build_assets: by model
         self.assets[t.profile] = self._assets.submit(build_assets, self.plan, t, programs, dict(self.references),
                                                      self.cache, self.say)

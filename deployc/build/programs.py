@@ -286,7 +286,7 @@ class _Driver:
     events: EventSink
     say: Say
     warn: Say
-    on_settled: Callable[[UnitResult], None]
+    on_settled: Callable[[str, UnitResult], None]
     results: dict[str, WorkerResult] = field(default_factory=dict)
     entries: dict[str, Entry | None] = field(default_factory=dict)
     judged: dict[tuple[str, str], UnitResult] = field(default_factory=dict)
@@ -355,11 +355,11 @@ class _Driver:
         for reference in self.plan.references().values():
             if reference.label not in self.handed and reference.program_key in self.results:
                 self.handed[reference.label] = self.judge(reference)
-                self.on_settled(self.handed[reference.label])
+                self.on_settled(reference.label, self.handed[reference.label])
         for u in self.plan.units():
             if u.label not in self.handed and not _settle(u, self.results, self.judge).todo:
                 self.handed[u.label] = self.settled(u)
-                self.on_settled(self.handed[u.label])
+                self.on_settled(u.label, self.handed[u.label])
 
     def settled(self, u: UnitPlan) -> UnitResult:
         """A unit at the end of its walk: the program it ships, how it got there, and its verdict."""
@@ -385,11 +385,12 @@ def largest_first(todo: list[UnitPlan]) -> list[UnitPlan]:
 
 
 def build(plan: BuildPlan, cache: Cache, executor: Executor, events: EventSink, say: Say, warn: Say,
-          settled: Callable[[UnitResult], None] = lambda r: None) -> dict[str, UnitResult]:
+          settled: Callable[[str, UnitResult], None] = lambda label, r: None) -> dict[str, UnitResult]:
     """Build every program the units' walks need (or find it cached): a unit's planned program, then,
     where its backend failed or no candidate of its choice of schemes passed, the next candidate; judge
-    every unit. Keyed by the label of the unit as planned. `settled` gets each unit (and each host reference
-    program) as soon as the programs built so far settle it: what follows it starts while the rest build."""
+    every unit. Keyed by the label of the unit as planned. `settled` gets each unit's label as planned and
+    its result (and each host reference program's) as soon as the programs built so far settle it: what
+    follows it starts while the rest build."""
     driver = _Driver(plan, cache, executor, events, say, warn, settled)
     while wanted := driver.wanted():
         todo = driver.not_cached(wanted)

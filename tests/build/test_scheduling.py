@@ -74,7 +74,7 @@ def test_a_unit_is_handed_on_as_its_program_settles_while_the_rest_build(monkeyp
     seen: list[str] = []
     executor = _InTurn(["embedder", "llm"], seen)
     built = programs.build(plan, _NoCache(), executor, lambda e: None, lambda m: None,  # type: ignore[arg-type]
-                           lambda m: None, settled=lambda r: seen.append(r.unit.label))
+                           lambda m: None, settled=lambda label, r: seen.append(label))
     labels = [u.label for u in plan.units()]
     assert list(built) == labels and sorted(seen) == sorted(labels)  # each once; the result in the plan's order
     # Before the last program (an LLM) came, both embedders and the other LLM had been handed on.
@@ -97,14 +97,19 @@ def test_a_target_s_assets_start_once_its_embedder_settles(monkeypatch: pytest.M
     monkeypatch.setattr(assets, "build_assets", build_assets)
     monkeypatch.setattr(arm64_check, "check", lambda results, *rest: results)
     units = {(u.model, u.target): u for u in plan.units()}
+
+    def settle(downstream: Downstream, model: str, target: str, status: str) -> None:
+        unit = units[(model, target)]
+        downstream.settled(unit.label, UnitResult(unit=unit, status=status))
+
     with Downstream(plan, set(), None, True, lambda m: None) as downstream:  # type: ignore[arg-type]
-        downstream.settled(UnitResult(unit=units[("llm", "snapdragon")], status="built"))
+        settle(downstream, "llm", "snapdragon", "built")
         assert started == []  # snapdragon's index embeds with its embedder, not yet built
-        downstream.settled(UnitResult(unit=units[("embedder", "snapdragon")], status="built"))
-        downstream.settled(UnitResult(unit=units[("embedder", "arduino_q")], status="failed"))
+        settle(downstream, "embedder", "snapdragon", "built")
+        settle(downstream, "embedder", "arduino_q", "failed")
         assert started == ["snapdragon"]  # arduino_q has a failed unit: its assets never start
         gate.set()
-        downstream.settled(UnitResult(unit=units[("llm", "arduino_q")], status="built"))
+        settle(downstream, "llm", "arduino_q", "built")
         checked, built = downstream.finish()
     assert set(checked) == {u.label for u in plan.units()}
     assert built == {"snapdragon": ["snapdragon: ['embedder@snapdragon/npu', 'llm@snapdragon/npu']"]}
