@@ -304,7 +304,8 @@ def quantize_weights(b: Build) -> None:
         from deployc.graph.gguf_blocks import keep_blocks
 
         b.at("quantize")
-        keep_blocks(b.model, round_float=b.unit.load.gguf is None)  # a float checkpoint: rounded as llama.cpp does
+        # gguf-8da: the activations' int8 image alone (no residual row); a float checkpoint: rounded as llama.cpp does
+        keep_blocks(b.model, residual=recipe.scheme == "gguf", round_float=b.unit.load.gguf is None)
         b.lap("quantize")
         return
     if recipe.method != "torchao":

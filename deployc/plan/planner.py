@@ -17,7 +17,7 @@ from deployc.core import layout
 from deployc.core.digests import key_of
 from deployc.core.errors import Diagnostic, PlanError
 from deployc.core.file_hashes import FileHashes
-from deployc.core.quantization import SCHEMES, QuantSpec, Recipe
+from deployc.core.quantization import GGUF_SCHEMES, SCHEMES, QuantSpec, Recipe
 from deployc.load import hf_directory
 from deployc.load.manifest import GENERATION_TOKENS, MIN_VERIFY_INPUTS, ModelSpec
 from deployc.load.model_sources import (
@@ -162,11 +162,11 @@ def _problem(r: ResolvedModel, unit: Unit, toolchain: Toolchain) -> tuple[Recipe
     backend = BACKENDS[unit.backend]
     recipe = backend.recipe(r.quantization)
     # gguf runs on 8da4w's kernels (4-bit blockwise weights, int8 dynamic activations): a unit taking one takes both
-    accepted = scheme in unit.quantization or (scheme == "gguf" and "8da4w" in unit.quantization)
+    accepted = scheme in unit.quantization or (scheme in GGUF_SCHEMES and "8da4w" in unit.quantization)
     if not accepted or recipe is None:
         return None, f"accepts {', '.join(unit.quantization)}; not {scheme}"
-    if scheme == "gguf" and r.spec.source.gguf is None and r.spec.source.huggingface is None:
-        return None, "gguf keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
+    if scheme in GGUF_SCHEMES and r.spec.source.gguf is None and r.spec.source.huggingface is None:
+        return None, f"{scheme} keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
     if recipe.float_fallback and unit.int8_only and not r.tolerances.allow_float_ops:
         recipe = recipe.model_copy(update={"float_fallback": None})  # its float operators would fail the unit
     if not toolchain.backends[unit.backend].usable:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from deployc.core.errors import Location
-from deployc.core.quantization import SCHEMES, QuantSpec, SchemeName
+from deployc.core.quantization import GGUF_SCHEMES, SCHEMES, QuantSpec, SchemeName
 from deployc.load.manifest import DimSpec, ModelSpec, NpuDecoding, VerifySpec
 from deployc.load.project import Project
 from deployc.targets.profile import LoadedProfile
@@ -68,9 +68,9 @@ class ResolvedModel:
 
 
 def _defaults(scheme: str | None, spec: ModelSpec) -> str | None:
-    """Whose default tolerances a scheme takes: gguf on a float checkpoint rounds its weights to 4-bit blocks
-    (a GGUF file's are kept, the activations' error alone is left), so it is held to 8da4w's."""
-    return "8da4w" if scheme == "gguf" and spec.source.gguf is None else scheme
+    """Whose default tolerances a scheme takes: gguf (and gguf-8da) on a float checkpoint rounds its weights to
+    4-bit blocks (a GGUF file's are kept, the activations' error alone is left), so it is held to 8da4w's."""
+    return "8da4w" if scheme in GGUF_SCHEMES and spec.source.gguf is None else scheme
 
 
 def _tolerances(scheme: str | None, *layers: VerifySpec | None) -> Tolerances:

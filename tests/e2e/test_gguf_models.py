@@ -143,6 +143,27 @@ def test_the_gguf_scheme_keeps_the_files_blocks(built: Built) -> None:
     assert blocks["size_bytes"] < 0.75 * float_bytes  # at this size the graph weighs; SmolLM2: docs/benchmarks.md
 
 
+def test_gguf_8da_keeps_the_blocks_without_the_activations_residual(built: Built, tmp_path: Path) -> None:
+    """The same blocks at int8 activations' cost: about half the graph (no residual row and its int8 image), the
+    activations' rounding left in the error."""
+    manifest = make_project(tmp_path / "project", BUILT.replace("quantization: gguf\n", "quantization: gguf-8da\n"),
+                            "gguf.yaml")
+    write_gguf(manifest.parent / "tiny.gguf")
+    result, report = build_json(manifest, tmp_path / "dist", tmp_path / "cache", "--no-emulate")
+    assert result.code == 0, result.err[-3000:]
+    fast = next(u for u in report["units"] if u["model"] == "llm")
+    blocks = built.unit("llm", "arduino_q")
+    assert fast["quantization"] == "gguf-8da" and fast["verification"]["status"] == "passed"
+    assert blocks["verification"]["text"]["kl"] < fast["verification"]["text"]["kl"] < 0.05
+
+    def ops(unit: dict) -> int:
+        return int(json.loads((Path(unit["pte"]).parent / "facts.json").read_text())["total_ops"])
+
+    assert ops(fast) < 0.6 * ops(blocks)
+    plan = run_subprocess("plan", str(manifest), cwd=manifest.parent)
+    assert "activations int8 per token" in plan.out and "residual" not in plan.out
+
+
 def test_the_gguf_scheme_needs_a_gguf_or_hugging_face_source(project: Path, cli) -> None:
     (project / "f.yaml").write_text("""\
 apiVersion: deployc/v1

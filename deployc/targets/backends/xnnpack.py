@@ -263,7 +263,8 @@ class Xnnpack(BackendBase):
         if recipe.method == "blocks":
             return ("the GGUF file's blocks kept: Q4_0/Q4_1 linears as 4-bit codes with their scales (bf16 in "
                     "XNNPACK) and each block's offset, Q8_0 as two 4-bit halves, the Q8_0 embedding table as bytes; "
-                    "activations int8 per token, their residual int8 per token again")
+                    + ("activations int8 per token, their residual int8 per token again" if recipe.scheme == "gguf"
+                       else "activations int8 per token"))
         if recipe.method == "pt2e":
             text = ("PT2E XNNPACKQuantizer(symmetric, per-channel, static; a linear writing an output: dynamic), "
                     "calibrated")
@@ -299,11 +300,11 @@ class Xnnpack(BackendBase):
         from deployc.targets.backends import xnnpack_partitions, xnnpack_patterns
 
         xnnpack_patterns.install()
-        return [xnnpack_partitions.partitioner() if recipe.scheme == "gguf" else XnnpackPartitioner()]
+        return [xnnpack_partitions.partitioner() if recipe.method == "blocks" else XnnpackPartitioner()]
 
 
 BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "8da4w": "torchao", "w8a8": "pt2e",
-                                           "gguf": "blocks"},
+                                           "gguf": "blocks", "gguf-8da": "blocks"},
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
                   quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend",
                   external_weights=True, arm64_checked=True, float_fallback=True,
