@@ -82,7 +82,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-scheme": (
         manifest("    quantization: 8da3w\n"),
         ["m.yaml:12:19: error: models.clf.quantization: '8da3w' is not one of: fp32, fp16, 8w, 4w, 8da8w, "
-         "8da4w, w8a8, 16a8w, 16a4w, gguf",
+         "8da4w, w8a8, 16a8w, 16a4w, gguf, gguf-8da",
          "    hint: did you mean '8da8w'?"],
     ),
     "unknown-dtype": (
@@ -147,7 +147,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ["m.yaml:4:23: error: targets[1]: unknown target profile 'pixel'",
          "    hint: known profiles: android_litert, arduino_q, snapdragon",
          "m.yaml:12:19: error: models.clf.quantization: 'int3' is not one of: fp32, fp16, 8w, 4w, 8da8w, "
-         "8da4w, w8a8, 16a8w, 16a4w, gguf"],
+         "8da4w, w8a8, 16a8w, 16a4w, gguf, gguf-8da"],
     ),
 }
 

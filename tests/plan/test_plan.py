@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deployc.core.errors import PlanError
-from deployc.core.quantization import SCHEMES
+from deployc.core.quantization import GGUF_SCHEMES, SCHEMES
 from deployc.load import model_sources
 from deployc.load.project import load_project
 from deployc.plan.planner import make_plan
@@ -117,11 +117,11 @@ def test_every_scheme_backend_pair(project: Path, backend: str, scheme: str) -> 
         f"apiVersion: deployc/v1\nname: board\ndevice: {{soc: X, os: linux, abi: arm64}}\n"
         f"units:\n  - {{name: u, backend: {backend}, quantization: [{', '.join(accepted)}]}}\n")
     path = write_manifest(project, quant=scheme, dims=False, targets="[board]")
-    if scheme == "gguf" and scheme in accepted:  # a GGUF source's own blocks: this model is a factory's
+    if scheme in GGUF_SCHEMES and scheme in accepted:  # a GGUF source's own blocks: this model is a factory's
         with pytest.raises(PlanError) as refused:
             make_plan(load_project(path), toolchain(qnn=True))
         assert refused.value.diagnostics[0].hint == \
-            "u (xnnpack): gguf keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
+            f"u (xnnpack): {scheme} keeps a GGUF file's blocks, or rounds a Hugging Face checkpoint's weights to them"
     elif scheme in accepted:
         plan = make_plan(load_project(path), toolchain(qnn=True))
         (unit,) = plan.units()
