@@ -23,10 +23,14 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 # The benchmarks' peers (benchmarks/llm_bench.py: llama.cpp); not needed by deployc, make demo or make test.
-# Built for AVX2/AVX-512 without -march=native: on a CPU that lists AMX but whose kernel or hypervisor does not
-# grant it (these machines), llama.cpp's AMX kernels die of SIGILL.
-LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
-	-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON
+# Built without -march=native: on a CPU that lists AMX but whose kernel or hypervisor does not grant it (some of
+# these machines), llama.cpp's AMX kernels die of SIGILL. Each AVX-512 / VNNI kernel set only where this CPU
+# lists it (an AMD EPYC has AVX-512 but not AVX-VNNI: forced on, every call died of SIGILL).
+cpu_has = $(shell grep -qw $(1) /proc/cpuinfo 2>/dev/null && echo $(2))
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	$(call cpu_has,avx512f,-DGGML_AVX512=ON) $(call cpu_has,avx512vbmi,-DGGML_AVX512_VBMI=ON) \
+	$(call cpu_has,avx512_vnni,-DGGML_AVX512_VNNI=ON) $(call cpu_has,avx512_bf16,-DGGML_AVX512_BF16=ON) \
+	$(call cpu_has,avx_vnni,-DGGML_AVX_VNNI=ON)
 install-bench: $(STAMP) system-deps
 	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/python -m pip install --quiet --no-cache-dir -e '.[bench]'
 
