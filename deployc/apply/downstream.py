@@ -1,7 +1,7 @@
 """What follows a build's programs, started as each program settles instead of after the last one: a unit's
 arm64 check (qemu) and each target's assets (its indexes embed the corpus with the target's program, on the
-HTP emulator for an NPU's). In rag_offline the CPU LLM lowers for ~8 minutes after both embedders have
-built: the indexes use that time, and the LLM's arm64 check follows it at once.
+HTP emulator for an NPU's). In rag_offline the CPU LLM is still lowering minutes after the other programs
+have built: the indexes use that time, and the LLM's arm64 check follows it at once.
 
 The work runs in threads of the driver process; the threads wait on child processes (qemu, the embed
 worker), which share the cores with the build's workers."""
@@ -59,8 +59,8 @@ class Downstream:
                 self._start(t)
 
     def finish(self) -> tuple[dict[str, UnitResult], dict[str, list[Asset]]]:
-        """Every unit as checked (keyed by label, in the plan's order) and each target's assets; a target
-        with a failed unit has none. Raises what an asset's build raised."""
+        """Every unit as checked (keyed by its label as planned) and each target's assets; a target with a
+        failed unit has none. Raises what an asset's build raised."""
         checked = {label: self.checked[label].result()[label] for label in self.units}
         for t in self.plan.targets:
             if t.profile not in self.assets and t.profile not in self.skip and not self._failed(t, checked):
