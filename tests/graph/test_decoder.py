@@ -33,7 +33,9 @@ def test_the_kv_cache_decoder_computes_what_transformers_computes(tmp_path: Path
         stepped = load_decoder(tmp_path / arch, 64)
         stepped(ids[:, :6], torch.arange(6))
         decoded = [stepped(ids[:, i:i + 1], torch.tensor([i]))[0] for i in range(6, 10)]
+        every = load_decoder(tmp_path / arch, 64).every_position(ids, torch.arange(10))[0]  # held-out references
     assert torch.allclose(prefill[0], want[-1], atol=1e-4)
+    assert every.shape == want.shape and torch.allclose(every, want, atol=1e-4)
     for i, got in zip(range(6, 10), decoded):
         assert torch.allclose(got, want[i], atol=1e-4), f"decode step at position {i}"
 
