@@ -8,8 +8,25 @@ extension links libtorch), then `_C`. Same kernels, same backends, same results.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+# A child process that runs programs on this host lowers its own priority by this much (the program's
+# backend's host_niceness), before it starts any thread: the threads it starts inherit it.
+NICENESS_ENV = "DEPLOYC_NICENESS"
+
+
+def child_env(niceness: int) -> dict[str, str]:
+    """What to add to a program-running child's environment (the verifier, the embed worker)."""
+    return {NICENESS_ENV: str(niceness)} if niceness > 0 else {}
+
+
+def take_niceness() -> None:
+    """Called first by such a child: takes the niceness its parent asked for (and keeps it from its own children)."""
+    niceness = int(os.environ.pop(NICENESS_ENV, "0") or 0)
+    if niceness > 0:
+        os.nice(niceness)
 
 
 def _c() -> Any:

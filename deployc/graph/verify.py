@@ -6,6 +6,7 @@ A runtime crash kills only the child; the unit reports it."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -45,9 +46,13 @@ _CODE = re.compile(r"error: 0x:?([0-9a-fA-F]+)")
 Check = tuple[str, dict[str, int], list[Any]]  # (method, dims, inputs): one call at one verification point
 
 
-def start_verifier() -> subprocess.Popen[str]:
+def start_verifier(niceness: int = 0) -> subprocess.Popen[str]:
+    """niceness: the backend's host_niceness (an emulator's threads yield to the lowering beside them)."""
+    from deployc.graph.host_runtime import child_env
+
     return subprocess.Popen([sys.executable, "-m", verify_worker.__name__], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **child_env(niceness)})
 
 
 def crash_reason(stderr: str, code: int) -> str:

@@ -92,4 +92,7 @@ def static_forward(program: Any, layout: StaticDecoderLayout, costs: dict[str, l
 
 
 if __name__ == "__main__":
+    from deployc.graph.host_runtime import take_niceness
+
+    take_niceness()  # before torch starts any thread
     sys.exit(main(sys.argv[1:]))

@@ -140,7 +140,8 @@ def build_into(unit: UnitPlan, folder: Path, staging: Path, at: Callable[[str], 
     with captured(log_file, f"{unit.label} program {unit.program_key[:12]}") as log_stream:
         BACKENDS[unit.backend].activate()  # before the verifier starts: it inherits what this sets up
         # Started now so that its imports overlap with the lowering below; it waits for its job on stdin.
-        verifier = start_verifier() if unit.verify.run and not unit.verify.host_reference else None
+        verifier = (start_verifier(BACKENDS[unit.backend].host_niceness)
+                    if unit.verify.run and not unit.verify.host_reference else None)
         try:
             facts = run(Build(unit, folder, staging, at, verifier, log_stream))
         finally:

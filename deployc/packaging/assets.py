@@ -22,6 +22,7 @@ from deployc.core import layout
 from deployc.core.digests import file_sha256
 from deployc.core.errors import BuildError
 from deployc.core.events import Say
+from deployc.graph import host_runtime
 from deployc.packaging import embed_worker
 from deployc.packaging.corpus import Chunk, chunk_corpus
 from deployc.pipeline.asset_sources import tokenizer_file
@@ -174,7 +175,8 @@ class _Embedder:
             worker = ["--images", str(program.program), str(self.staging / "steps.json")]
         else:
             worker = [str(program.program), *self._tokens()]
-        env = {**os.environ, **BACKENDS[program.unit.backend].child_env()}  # e.g. QNN's host libraries
+        backend = BACKENDS[program.unit.backend]
+        env = {**os.environ, **backend.child_env(), **host_runtime.child_env(backend.host_niceness)}  # QNN's libraries
         return self._embed(worker, env, texts, tag)
 
     def run_eager(self, load: LoadModel, texts: list[str], tag: str) -> Any:

@@ -74,4 +74,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from deployc.graph.host_runtime import take_niceness
+
+    take_niceness()  # before torch starts any thread
     sys.exit(main(sys.argv[1:]))

@@ -86,6 +86,9 @@ class BackendBase:
     # What verifies its programs when this host's runtime cannot run them: their lowered graph executed
     # in PyTorch with the backend's reference kernels (said in every report); "": the runtime runs them.
     host_reference: str = ""
+    # The niceness of the child processes that run its programs on this host (verification, a corpus's
+    # embedding): above 0 where an emulator's threads would take the cores from the build's lowering.
+    host_niceness: int = 0
     # Runs float operators beside int8 ones in one program, so a static scheme may leave its most sensitive
     # operators float (quantization.float_fallback; graph/sensitivity.py).
     float_fallback: bool = False
