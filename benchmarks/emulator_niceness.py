@@ -22,7 +22,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-LOOP = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(60_000_000):\n    x += i\nprint(time.perf_counter() - t)"
+LOOP = """
+import time
+t = time.perf_counter()
+x = 0
+for i in range(60_000_000):
+    x += i
+print(time.perf_counter() - t)
+"""
 EMULATE = """
 import os, sys, time, json
 from pathlib import Path
