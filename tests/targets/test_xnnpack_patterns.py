@@ -1,7 +1,9 @@
-"""XNNPACK's SDPA and bilinear pattern passes skip their patterns where none can match
-(deployc/targets/backends/xnnpack_patterns.py): the operators it takes every pattern to share are the real
-patterns' shared operators, and programs lower to the same bytes with the skip as without it. One fresh
-process for both: the skip is installed process-wide, and the patterns traced once serve both checks."""
+"""XNNPACK's passes that can act only on certain operators are skipped where a partition has none
+(deployc/targets/backends/xnnpack_patterns.py): the operators it takes every SDPA and bilinear pattern to
+share are the real patterns' shared operators, and programs lower to the same bytes with the skips as without
+them, with the skipped passes acting somewhere (an attention, a bilinear upsample, batch norms fused and
+decomposed, a 1-D convolution) and skipped elsewhere. One fresh process for both: the skips are
+installed process-wide, and the patterns traced once serve both checks."""
 
 from __future__ import annotations
 
@@ -48,9 +50,28 @@ class Attention(torch.nn.Module):
         q, k, v = self.qkv(x).view(1, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
+class Norms(torch.nn.Module):  # a batch norm after a convolution (fused), one after a ReLU (decomposed), a PReLU
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+        self.bn2, self.prelu = torch.nn.BatchNorm2d(4), torch.nn.PReLU(4)
+    def forward(self, x):
+        return self.prelu(self.bn2(torch.relu(self.bn(self.conv(x)))))
+
+class Conv1d(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 3)
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
 torch.manual_seed(0)
+norms = Norms()
+for bn in (norms.bn, norms.bn2):  # statistics of their own, so that folding them changes the weights
+    bn.running_mean.uniform_(-1, 1); bn.running_var.uniform_(0.5, 2)
 cases = [(Mlp(), (torch.randn(2, 8),)), (Upsample(), (torch.randn(1, 3, 8, 8),)),
-         (Attention(), (torch.randn(1, 8, 16), torch.zeros(8, 8).masked_fill(torch.ones(8, 8).triu(1) > 0, -1e4)))]
+         (Attention(), (torch.randn(1, 8, 16), torch.zeros(8, 8).masked_fill(torch.ones(8, 8).triu(1) > 0, -1e4))),
+         (norms, (torch.randn(1, 3, 8, 8),)), (Conv1d(), (torch.randn(1, 4, 10),))]
 
 def lowered():
     out = []
@@ -70,6 +91,12 @@ assert skipping == plain, (plain, skipping)
 assert calls, "the wrapped passes did not run"
 assert any(not xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "no partition skipped its patterns"
 assert any(xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "the upsample's partition was skipped"
+# PReLUReshapePass acts on _prelu_kernel, which reaches no partition in ExecuTorch 1.5.1 (nn.PReLU arrives as
+# aten.prelu, the kernel itself decomposed to where/mul): skipped everywhere, the Norms model's bytes the same.
+assert not any(xnnpack_patterns.PRELU in c for c in calls) and any("aten.prelu.default" in c for c in calls)
+for acting in (xnnpack_patterns.BATCH_NORM_OPERATORS, {xnnpack_patterns.CONVOLUTION}):
+    assert any(acting & c for c in calls), f"no partition had {sorted(acting)}"
+    assert any(not acting & c for c in calls), f"every partition had {sorted(acting)}"
 print("same", len(calls))
 """
 

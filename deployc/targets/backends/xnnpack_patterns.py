@@ -1,19 +1,24 @@
-"""The XNNPACK delegate's two pattern passes, run without their patterns where no pattern can match.
+"""The XNNPACK delegate's passes that can act only on certain operators, skipped where a partition has none.
 
-XNNPACK's preprocess runs ConvertToSDPAPass (a decomposed attention becomes one SDPA node) and
-ConvertToUpsampleBilinear2d on every partition. Each builds its pattern graphs with torch.export and to_edge
-the first time it runs in a process (about 1.5 and 2.2 s here, whatever the model), and every build worker
-is a new process. The matcher pairs each operator node of a pattern with a graph node of the same target,
-so a partition lacking an operator that all of a pass's patterns have cannot match: there the pass runs
-with no patterns, which is what it does anyway after finding no match (the same graph, so the same bytes).
-The shared operators are written here rather than found by tracing (the tracing is the cost);
-tests/targets/test_xnnpack_patterns.py traces the installed ExecuTorch's real patterns and checks them.
+XNNPACK's preprocess runs 17 passes on every partition, and most end by retracing the whole partition with fake
+tensors (ExportPass), whatever they changed: on SmolLM2's `gguf` program each pass costs about the same,
+2.4 s a pass on six of its layers (34% of the lowering). Six of them can act only on operators most models lack,
+and without those they only retrace: ConvertToSDPAPass (a decomposed attention becomes one SDPA node) and
+ConvertToUpsampleBilinear2d act where a pattern matches, FuseBatchNormPass and DecomposeBatchNorm on batch
+norms, Conv1dUnsqueezePass on convolutions, PReLUReshapePass on PReLU. Where a partition lacks what a pass
+needs, the pass is skipped: the passes after it retrace the same graph, and the program is the same bytes
+(tests/targets/test_xnnpack_patterns.py lowers models with and without the skip, each pass acting and not).
+
+A pattern pass's matcher pairs each operator node of a pattern with a graph node of the same target, so a
+partition lacking an operator that all of its patterns have cannot match. Building the patterns is itself
+the cost of the first call in a process (torch.export and to_edge of each pattern: about 1.5 and 2.2 s), so
+the shared operators are written here rather than found by tracing; the test traces the installed
+ExecuTorch's real patterns and checks them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 # Operators that every SDPA pattern of ExecuTorch 1.5.1 has (its masked and unmasked attention).
@@ -26,36 +31,46 @@ SDPA_OPERATORS = frozenset({
 BILINEAR_OPERATORS = frozenset({"aten.upsample_bilinear2d.vec"})
 
 
+BATCH_NORM_OPERATORS = frozenset({"aten.native_batch_norm.default",
+                                  "aten._native_batch_norm_legit_no_training.default"})
+CONVOLUTION = "aten.convolution.default"
+PRELU = "aten._prelu_kernel.default"
+
+
 def operator_names(graph_module: Any) -> set[str]:
     """The targets of a graph's operator nodes by name (an edge operator by the ATen operator it wraps)."""
     return {str(getattr(n.target, "_op", n.target)) for n in graph_module.graph.nodes if n.op == "call_function"}
 
 
 def install() -> None:
-    """Wrap both passes (once per process): a partition without one of their shared operators skips the
-    patterns. Called before XNNPACK lowers anything."""
+    """Wrap the six passes (once per process): each runs only on a partition that has what it can act on.
+    Called before XNNPACK lowers anything."""
+    from executorch.backends.xnnpack._passes.conv1d_unsqueeze_pass import Conv1dUnsqueezePass
     from executorch.backends.xnnpack._passes.convert_to_sdpa import ConvertToSDPAPass
     from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
-    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+    from executorch.backends.xnnpack._passes.decompose_batch_norm import DecomposeBatchNorm
+    from executorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
+    from executorch.backends.xnnpack._passes.prelu_reshape_pass import PReLUReshapePass
 
-    _wrap(ConvertToSDPAPass, sdpa, "get_graphs", SDPA_OPERATORS, list)
-    _wrap(ConvertToUpsampleBilinear2d, bilinear_2d, "get_graphs_dict", BILINEAR_OPERATORS, dict)
+    _wrap(ConvertToSDPAPass, lambda ops: ops >= SDPA_OPERATORS)
+    _wrap(ConvertToUpsampleBilinear2d, lambda ops: ops >= BILINEAR_OPERATORS)
+    _wrap(FuseBatchNormPass, lambda ops: bool(BATCH_NORM_OPERATORS & ops))
+    _wrap(DecomposeBatchNorm, lambda ops: bool(BATCH_NORM_OPERATORS & ops))
+    _wrap(Conv1dUnsqueezePass, lambda ops: CONVOLUTION in ops)
+    _wrap(PReLUReshapePass, lambda ops: PRELU in ops)
 
 
-def _wrap(cls: type, patterns: ModuleType, getter: str, needed: frozenset[str], empty: Callable[[], Any]) -> None:
+def _wrap(cls: type, can_act: Callable[[set[str]], bool]) -> None:
+    from torch.fx.passes.infra.pass_base import PassResult
+
     original = cls.call  # type: ignore[attr-defined]
-    if getattr(original, "skips_patterns", False):
+    if getattr(original, "skips", False):
         return
 
     def call(self: Any, graph_module: Any) -> Any:
-        if needed <= operator_names(graph_module):
+        if can_act(operator_names(graph_module)):
             return original(self, graph_module)
-        real = getattr(patterns, getter)
-        setattr(patterns, getter, empty)  # the pass looks its patterns up on the module as it runs
-        try:
-            return original(self, graph_module)
-        finally:
-            setattr(patterns, getter, real)
+        return PassResult(graph_module, False)
 
-    call.skips_patterns = True  # type: ignore[attr-defined]
+    call.skips = True  # type: ignore[attr-defined]
     cls.call = call  # type: ignore[attr-defined]
