@@ -29,8 +29,7 @@ SDPA_OPERATORS = frozenset({
     "dim_order_ops._clone_dim_order.default"})
 # Every bilinear pattern is the undecomposed operator itself (which the pass then leaves as it is).
 BILINEAR_OPERATORS = frozenset({"aten.upsample_bilinear2d.vec"})
-
-
+# What the two batch-norm passes, Conv1dUnsqueezePass and PReLUReshapePass look for (each acts on nothing else).
 BATCH_NORM_OPERATORS = frozenset({"aten.native_batch_norm.default",
                                   "aten._native_batch_norm_legit_no_training.default"})
 CONVOLUTION = "aten.convolution.default"

@@ -264,8 +264,8 @@ BACKEND = Qnn(
     name="qnn", methods={"w8a8": "pt2e", "16a8w": "pt2e", "16a4w": "pt2e", "fp16": "none"},
     modules=("executorch.backends.qualcomm",),
     partitioners=("QnnPartitioner",), static_shapes_only=True, static_decoders=True,
-    # The HTP emulator spreads each call over 8 threads, which gain it 1.47x over one core and halve whatever
-    # runs beside it (a one-thread Python loop: 4.2 s alone, 7.7 s beside the emulator). At niceness 10 they
-    # yield: the loop 4.3 s, the emulator 26.8 s instead of 25.6 (benchmarks/emulator_niceness.py). In a build
-    # the CPU LLM's lowering (the critical path) is what runs beside it.
+    # The HTP emulator spreads each call over 8 threads, which gain it 1.47x over one core and slow whatever
+    # runs beside it (a one-thread Python loop: 4.79 s alone, 7.73 s beside the emulator). At niceness 10 they
+    # yield: the loop 5.37 s, the emulator 28.5 s instead of 26.6 for 12 MiniLM calls
+    # (benchmarks/emulator_niceness.py). In a build the CPU LLM's lowering (the critical path) runs beside it.
     host_niceness=10)
