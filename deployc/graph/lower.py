@@ -76,7 +76,10 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
+    from deployc.graph import decompositions
+
     backend = BACKENDS[step.backend]
+    decompositions.install()
     try:
         if external_weights:
             for ep in programs.values():

@@ -2,7 +2,7 @@
 (deployc/targets/backends/xnnpack_patterns.py): the operators it takes every SDPA and bilinear pattern to
 share are the real patterns' shared operators, and programs lower to the same bytes with the skips as without
 them, with the skipped passes acting somewhere (an attention, a bilinear upsample, batch norms fused and
-decomposed, a 1-D convolution) and skipped elsewhere. One fresh process for both: the skips are
+decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy) and skipped elsewhere. One fresh process for both: the skips are
 installed process-wide, and the patterns traced once serve both checks."""
 
 from __future__ import annotations
@@ -65,13 +65,22 @@ class Conv1d(torch.nn.Module):
     def forward(self, x):
         return torch.relu(self.conv(x))
 
+class Concatenation(torch.nn.Module):  # six tensors at once (split in two), after a dim-order copy
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    def forward(self, x):
+        y = self.conv(x).to(memory_format=torch.channels_last)
+        return torch.cat([y, y * 2, y + 1, y - 1, y * 3, torch.relu(y)], dim=1) + torch.cat([y, y], dim=1).sum()
+
 torch.manual_seed(0)
 norms = Norms()
 for bn in (norms.bn, norms.bn2):  # statistics of their own, so that folding them changes the weights
     bn.running_mean.uniform_(-1, 1); bn.running_var.uniform_(0.5, 2)
 cases = [(Mlp(), (torch.randn(2, 8),)), (Upsample(), (torch.randn(1, 3, 8, 8),)),
          (Attention(), (torch.randn(1, 8, 16), torch.zeros(8, 8).masked_fill(torch.ones(8, 8).triu(1) > 0, -1e4))),
-         (norms, (torch.randn(1, 3, 8, 8),)), (Conv1d(), (torch.randn(1, 4, 10),))]
+         (norms, (torch.randn(1, 3, 8, 8),)), (Conv1d(), (torch.randn(1, 4, 10),)),
+         (Concatenation(), (torch.randn(1, 3, 8, 8),))]
 
 def lowered():
     out = []
@@ -81,9 +90,11 @@ def lowered():
         out.append(hashlib.sha256(program.buffer).hexdigest())
     return out
 
-calls = []
+calls, long = [], []
 original = xnnpack_patterns.operator_names
 xnnpack_patterns.operator_names = lambda gm: calls.append(original(gm)) or calls[-1]
+original_long = xnnpack_patterns.long_concatenation
+xnnpack_patterns.long_concatenation = lambda gm: long.append(original_long(gm)) or long[-1]
 plain = lowered()
 xnnpack_patterns.install()
 skipping = lowered()
@@ -94,7 +105,9 @@ assert any(xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "the upsamp
 # PReLUReshapePass acts on _prelu_kernel, which reaches no partition in ExecuTorch 1.5.1 (nn.PReLU arrives as
 # aten.prelu, the kernel itself decomposed to where/mul): skipped everywhere, the Norms model's bytes the same.
 assert not any(xnnpack_patterns.PRELU in c for c in calls) and any("aten.prelu.default" in c for c in calls)
-for acting in (xnnpack_patterns.BATCH_NORM_OPERATORS, {xnnpack_patterns.CONVOLUTION}):
+assert True in long and False in long, long
+for acting in (xnnpack_patterns.BATCH_NORM_OPERATORS, {xnnpack_patterns.CONVOLUTION},
+               xnnpack_patterns.DIM_ORDER_OPERATORS):
     assert any(acting & c for c in calls), f"no partition had {sorted(acting)}"
     assert any(not acting & c for c in calls), f"every partition had {sorted(acting)}"
 print("same", len(calls))

@@ -2,12 +2,14 @@
 
 XNNPACK's preprocess runs 17 passes on every partition, and most end by retracing the whole partition with fake
 tensors (ExportPass), whatever they changed: on SmolLM2's `gguf` program each pass costs about the same,
-2.4 s a pass on six of its layers (34% of the lowering). Six of them can act only on operators most models lack,
-and without those they only retrace: ConvertToSDPAPass (a decomposed attention becomes one SDPA node) and
-ConvertToUpsampleBilinear2d act where a pattern matches, FuseBatchNormPass and DecomposeBatchNorm on batch
-norms, Conv1dUnsqueezePass on convolutions, PReLUReshapePass on PReLU. Where a partition lacks what a pass
-needs, the pass is skipped: the passes after it retrace the same graph, and the program is the same bytes
-(tests/targets/test_xnnpack_patterns.py lowers models with and without the skip, each pass acting and not).
+2.4 s a pass on six of its layers (34% of the lowering). Eight of them can act only on operators most models
+lack, and without those they only retrace: ConvertToSDPAPass (a decomposed attention becomes one SDPA node)
+and ConvertToUpsampleBilinear2d act where a pattern matches, FuseBatchNormPass and DecomposeBatchNorm on batch
+norms, Conv1dUnsqueezePass on convolutions, PReLUReshapePass on PReLU, DecomposeConcatenate on a concatenation
+of more than five tensors, DimOrderOpsRevertPass on ExecuTorch's dim-order copies. Where a partition lacks what
+a pass needs, the pass is skipped: the passes after it retrace the same graph, and the program is the same
+bytes (tests/targets/test_xnnpack_patterns.py lowers models with and without the skip, each pass acting and
+not).
 
 A pattern pass's matcher pairs each operator node of a pattern with a graph node of the same target, so a
 partition lacking an operator that all of its patterns have cannot match. Building the patterns is itself
@@ -34,6 +36,11 @@ BATCH_NORM_OPERATORS = frozenset({"aten.native_batch_norm.default",
                                   "aten._native_batch_norm_legit_no_training.default"})
 CONVOLUTION = "aten.convolution.default"
 PRELU = "aten._prelu_kernel.default"
+# What DimOrderOpsRevertPass turns back into memory-format operators (ExecuTorch's MemoryFormatOpsMap).
+DIM_ORDER_OPERATORS = frozenset({"dim_order_ops._to_dim_order_copy.default", "dim_order_ops._empty_dim_order.default",
+                                 "dim_order_ops._clone_dim_order.default"})
+CONCATENATION = "aten.cat.default"
+CONCATENATED_AT_ONCE = 5  # XNNPACK's concatenation takes up to five tensors; DecomposeConcatenate splits longer ones
 
 
 def operator_names(graph_module: Any) -> set[str]:
@@ -41,25 +48,35 @@ def operator_names(graph_module: Any) -> set[str]:
     return {str(getattr(n.target, "_op", n.target)) for n in graph_module.graph.nodes if n.op == "call_function"}
 
 
+def long_concatenation(graph_module: Any) -> bool:
+    """Does the graph concatenate more tensors in one operator than XNNPACK's concatenation takes?"""
+    return any(n.op == "call_function" and str(getattr(n.target, "_op", n.target)) == CONCATENATION
+               and len(n.args[0]) > CONCATENATED_AT_ONCE for n in graph_module.graph.nodes)
+
+
 def install() -> None:
-    """Wrap the six passes (once per process): each runs only on a partition that has what it can act on.
+    """Wrap the eight passes (once per process): each runs only on a partition that has what it can act on.
     Called before XNNPACK lowers anything."""
     from executorch.backends.xnnpack._passes.conv1d_unsqueeze_pass import Conv1dUnsqueezePass
     from executorch.backends.xnnpack._passes.convert_to_sdpa import ConvertToSDPAPass
     from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
     from executorch.backends.xnnpack._passes.decompose_batch_norm import DecomposeBatchNorm
+    from executorch.backends.xnnpack._passes.decompose_cat import DecomposeConcatenate
     from executorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
     from executorch.backends.xnnpack._passes.prelu_reshape_pass import PReLUReshapePass
+    from executorch.exir.passes.memory_format_ops_pass import DimOrderOpsRevertPass
 
-    _wrap(ConvertToSDPAPass, lambda ops: ops >= SDPA_OPERATORS)
-    _wrap(ConvertToUpsampleBilinear2d, lambda ops: ops >= BILINEAR_OPERATORS)
-    _wrap(FuseBatchNormPass, lambda ops: bool(BATCH_NORM_OPERATORS & ops))
-    _wrap(DecomposeBatchNorm, lambda ops: bool(BATCH_NORM_OPERATORS & ops))
-    _wrap(Conv1dUnsqueezePass, lambda ops: CONVOLUTION in ops)
-    _wrap(PReLUReshapePass, lambda ops: PRELU in ops)
+    _wrap(ConvertToSDPAPass, lambda gm: operator_names(gm) >= SDPA_OPERATORS)
+    _wrap(ConvertToUpsampleBilinear2d, lambda gm: operator_names(gm) >= BILINEAR_OPERATORS)
+    _wrap(FuseBatchNormPass, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
+    _wrap(DecomposeBatchNorm, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
+    _wrap(Conv1dUnsqueezePass, lambda gm: CONVOLUTION in operator_names(gm))
+    _wrap(PReLUReshapePass, lambda gm: PRELU in operator_names(gm))
+    _wrap(DimOrderOpsRevertPass, lambda gm: bool(DIM_ORDER_OPERATORS & operator_names(gm)))
+    _wrap(DecomposeConcatenate, long_concatenation)
 
 
-def _wrap(cls: type, can_act: Callable[[set[str]], bool]) -> None:
+def _wrap(cls: type, can_act: Callable[[Any], bool]) -> None:
     from torch.fx.passes.infra.pass_base import PassResult
 
     original = cls.call  # type: ignore[attr-defined]
@@ -67,7 +84,7 @@ def _wrap(cls: type, can_act: Callable[[set[str]], bool]) -> None:
         return
 
     def call(self: Any, graph_module: Any) -> Any:
-        if can_act(operator_names(graph_module)):
+        if can_act(graph_module):
             return original(self, graph_module)
         return PassResult(graph_module, False)
 
