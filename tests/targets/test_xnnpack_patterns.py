@@ -2,7 +2,7 @@
 (deployc/targets/backends/xnnpack_patterns.py): the operators it takes every SDPA and bilinear pattern to
 share are the real patterns' shared operators, and programs lower to the same bytes with the skips as without
 them, with the skipped passes acting somewhere (an attention, a bilinear upsample, batch norms fused and
-decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy) and skipped elsewhere. One fresh process for both: the skips are
+decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy, a ReLU after a linear) and skipped elsewhere. One fresh process for both: the skips are
 installed process-wide, and the patterns traced once serve both checks."""
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ for patterns, written in ((sdpa.get_graphs(), xnnpack_patterns.SDPA_OPERATORS),
     assert patterns
     shared = set.intersection(*(xnnpack_patterns.operator_names(p) for p in patterns))
     assert shared == written, (sorted(shared), sorted(written))
+
+from executorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
+from executorch.exir.passes.dim_order_ops_registry import MemoryFormatOpsMap
+assert {str(a._op) for a in FuseActivationPass.FUSEABLE_ACTIVATIONS} == xnnpack_patterns.FUSED_ACTIVATIONS
+assert {str(a._op) for a in MemoryFormatOpsMap} == xnnpack_patterns.DIM_ORDER_OPERATORS
 
 class Mlp(torch.nn.Module):
     def __init__(self):
@@ -107,7 +112,7 @@ assert any(xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "the upsamp
 assert not any(xnnpack_patterns.PRELU in c for c in calls) and any("aten.prelu.default" in c for c in calls)
 assert True in long and False in long, long
 for acting in (xnnpack_patterns.BATCH_NORM_OPERATORS, {xnnpack_patterns.CONVOLUTION},
-               xnnpack_patterns.DIM_ORDER_OPERATORS):
+               xnnpack_patterns.DIM_ORDER_OPERATORS, xnnpack_patterns.FUSED_ACTIVATIONS):
     assert any(acting & c for c in calls), f"no partition had {sorted(acting)}"
     assert any(not acting & c for c in calls), f"every partition had {sorted(acting)}"
 print("same", len(calls))

@@ -2,11 +2,12 @@
 
 XNNPACK's preprocess runs 17 passes on every partition, and most end by retracing the whole partition with fake
 tensors (ExportPass), whatever they changed: on SmolLM2's `gguf` program each pass costs about the same,
-2.4 s a pass on six of its layers (34% of the lowering). Eight of them can act only on operators most models
+2.4 s a pass on six of its layers (34% of the lowering). Nine of them can act only on operators most models
 lack, and without those they only retrace: ConvertToSDPAPass (a decomposed attention becomes one SDPA node)
 and ConvertToUpsampleBilinear2d act where a pattern matches, FuseBatchNormPass and DecomposeBatchNorm on batch
 norms, Conv1dUnsqueezePass on convolutions, PReLUReshapePass on PReLU, DecomposeConcatenate on a concatenation
-of more than five tensors, DimOrderOpsRevertPass on ExecuTorch's dim-order copies. Where a partition lacks what
+of more than five tensors, DimOrderOpsRevertPass on ExecuTorch's dim-order copies, FuseActivationPass on ReLU
+and hardtanh (which it folds into the operator before them). Where a partition lacks what
 a pass needs, the pass is skipped: the passes after it retrace the same graph, and the program is the same
 bytes (tests/targets/test_xnnpack_patterns.py lowers models with and without the skip, each pass acting and
 not).
@@ -39,6 +40,8 @@ PRELU = "aten._prelu_kernel.default"
 # What DimOrderOpsRevertPass turns back into memory-format operators (ExecuTorch's MemoryFormatOpsMap).
 DIM_ORDER_OPERATORS = frozenset({"dim_order_ops._to_dim_order_copy.default", "dim_order_ops._empty_dim_order.default",
                                  "dim_order_ops._clone_dim_order.default"})
+# What FuseActivationPass folds into the operator before it (its FUSEABLE_ACTIVATIONS).
+FUSED_ACTIVATIONS = frozenset({"aten.relu.default", "aten.hardtanh.default"})
 CONCATENATION = "aten.cat.default"
 CONCATENATED_AT_ONCE = 5  # XNNPACK's concatenation takes up to five tensors; DecomposeConcatenate splits longer ones
 
@@ -55,13 +58,14 @@ def long_concatenation(graph_module: Any) -> bool:
 
 
 def install() -> None:
-    """Wrap the eight passes (once per process): each runs only on a partition that has what it can act on.
+    """Wrap the nine passes (once per process): each runs only on a partition that has what it can act on.
     Called before XNNPACK lowers anything."""
     from executorch.backends.xnnpack._passes.conv1d_unsqueeze_pass import Conv1dUnsqueezePass
     from executorch.backends.xnnpack._passes.convert_to_sdpa import ConvertToSDPAPass
     from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
     from executorch.backends.xnnpack._passes.decompose_batch_norm import DecomposeBatchNorm
     from executorch.backends.xnnpack._passes.decompose_cat import DecomposeConcatenate
+    from executorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
     from executorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
     from executorch.backends.xnnpack._passes.prelu_reshape_pass import PReLUReshapePass
     from executorch.exir.passes.memory_format_ops_pass import DimOrderOpsRevertPass
@@ -74,6 +78,7 @@ def install() -> None:
     _wrap(PReLUReshapePass, lambda gm: PRELU in operator_names(gm))
     _wrap(DimOrderOpsRevertPass, lambda gm: bool(DIM_ORDER_OPERATORS & operator_names(gm)))
     _wrap(DecomposeConcatenate, long_concatenation)
+    _wrap(FuseActivationPass, lambda gm: bool(FUSED_ACTIVATIONS & operator_names(gm)))
 
 
 def _wrap(cls: type, can_act: Callable[[Any], bool]) -> None:
