@@ -77,9 +77,11 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
     from executorch.exir.passes import MemoryPlanningPass
 
     from deployc.graph import decompositions
+    from deployc.targets.backends import pass_skips
 
     backend = BACKENDS[step.backend]
     decompositions.install()
+    pass_skips.install()
     try:
         if external_weights:
             for ep in programs.values():

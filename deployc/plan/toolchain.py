@@ -26,7 +26,7 @@ VERSIONED = ("torch", "executorch", "torchao", "flatbuffers", "numpy")
 _PACKAGE = Path(deployc.__file__).resolve().parent
 # deployc's code that makes and measures every program, whatever the backend (relative to the package).
 COMPILE_CODE = ("graph", "core/facts.py", "core/dims.py", "core/self_test_vectors.py", "targets/backends/base.py",
-                "core/pte.py")
+                "targets/backends/pass_skips.py", "core/pte.py")
 # deployc's code that writes bundles: not in program keys, but a bundle made by other packaging code may differ.
 PACKAGE_CODE = ("packaging", "core/layout.py", "pipeline/config.py", "pipeline/graph.py", "pipeline/ops",
                 "pipeline/host")

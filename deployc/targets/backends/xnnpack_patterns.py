@@ -10,7 +10,7 @@ of more than five tensors, DimOrderOpsRevertPass on ExecuTorch's dim-order copie
 and hardtanh (which it folds into the operator before them). Where a partition lacks what
 a pass needs, the pass is skipped: the passes after it retrace the same graph, and the program is the same
 bytes (tests/targets/test_xnnpack_patterns.py lowers models with and without the skip, each pass acting and
-not).
+not). The mechanism, and the edge dialect's passes skipped the same way, are in pass_skips.py beside it.
 
 A pattern pass's matcher pairs each operator node of a pattern with a graph node of the same target, so a
 partition lacking an operator that all of its patterns have cannot match. Building the patterns is itself
@@ -21,8 +21,9 @@ ExecuTorch's real patterns and checks them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+from deployc.targets.backends.pass_skips import operator_name, operator_names, skip_unless
 
 # Operators that every SDPA pattern of ExecuTorch 1.5.1 has (its masked and unmasked attention).
 SDPA_OPERATORS = frozenset({
@@ -46,14 +47,9 @@ CONCATENATION = "aten.cat.default"
 CONCATENATED_AT_ONCE = 5  # XNNPACK's concatenation takes up to five tensors; DecomposeConcatenate splits longer ones
 
 
-def operator_names(graph_module: Any) -> set[str]:
-    """The targets of a graph's operator nodes by name (an edge operator by the ATen operator it wraps)."""
-    return {str(getattr(n.target, "_op", n.target)) for n in graph_module.graph.nodes if n.op == "call_function"}
-
-
 def long_concatenation(graph_module: Any) -> bool:
     """Does the graph concatenate more tensors in one operator than XNNPACK's concatenation takes?"""
-    return any(n.op == "call_function" and str(getattr(n.target, "_op", n.target)) == CONCATENATION
+    return any(n.op == "call_function" and operator_name(n.target) == CONCATENATION
                and len(n.args[0]) > CONCATENATED_AT_ONCE for n in graph_module.graph.nodes)
 
 
@@ -70,28 +66,12 @@ def install() -> None:
     from executorch.backends.xnnpack._passes.prelu_reshape_pass import PReLUReshapePass
     from executorch.exir.passes.memory_format_ops_pass import DimOrderOpsRevertPass
 
-    _wrap(ConvertToSDPAPass, lambda gm: operator_names(gm) >= SDPA_OPERATORS)
-    _wrap(ConvertToUpsampleBilinear2d, lambda gm: operator_names(gm) >= BILINEAR_OPERATORS)
-    _wrap(FuseBatchNormPass, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
-    _wrap(DecomposeBatchNorm, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
-    _wrap(Conv1dUnsqueezePass, lambda gm: CONVOLUTION in operator_names(gm))
-    _wrap(PReLUReshapePass, lambda gm: PRELU in operator_names(gm))
-    _wrap(DimOrderOpsRevertPass, lambda gm: bool(DIM_ORDER_OPERATORS & operator_names(gm)))
-    _wrap(DecomposeConcatenate, long_concatenation)
-    _wrap(FuseActivationPass, lambda gm: bool(FUSED_ACTIVATIONS & operator_names(gm)))
-
-
-def _wrap(cls: type, can_act: Callable[[Any], bool]) -> None:
-    from torch.fx.passes.infra.pass_base import PassResult
-
-    original = cls.call  # type: ignore[attr-defined]
-    if getattr(original, "skips", False):
-        return
-
-    def call(self: Any, graph_module: Any) -> Any:
-        if can_act(graph_module):
-            return original(self, graph_module)
-        return PassResult(graph_module, False)
-
-    call.skips = True  # type: ignore[attr-defined]
-    cls.call = call  # type: ignore[attr-defined]
+    skip_unless(ConvertToSDPAPass, lambda gm: operator_names(gm) >= SDPA_OPERATORS)
+    skip_unless(ConvertToUpsampleBilinear2d, lambda gm: operator_names(gm) >= BILINEAR_OPERATORS)
+    skip_unless(FuseBatchNormPass, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
+    skip_unless(DecomposeBatchNorm, lambda gm: bool(BATCH_NORM_OPERATORS & operator_names(gm)))
+    skip_unless(Conv1dUnsqueezePass, lambda gm: CONVOLUTION in operator_names(gm))
+    skip_unless(PReLUReshapePass, lambda gm: PRELU in operator_names(gm))
+    skip_unless(DimOrderOpsRevertPass, lambda gm: bool(DIM_ORDER_OPERATORS & operator_names(gm)))
+    skip_unless(DecomposeConcatenate, long_concatenation)
+    skip_unless(FuseActivationPass, lambda gm: bool(FUSED_ACTIVATIONS & operator_names(gm)))
