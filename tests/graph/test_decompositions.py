@@ -17,6 +17,9 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import to_edge_transform_and_lower
 from torch.export import Dim, ExportedProgram
 from deployc.graph import decompositions
+import sys
+sys.path.insert(0, "tests")
+from helpers.lowering_models import Mlp
 
 class Cached(torch.nn.Module):  # a cache written in place at the call's positions, over a dynamic length
     def __init__(self):
@@ -27,13 +30,6 @@ class Cached(torch.nn.Module):  # a cache written in place at the call's positio
         self.cache.index_copy_(1, pos, self.proj(x))
         scores = torch.softmax(x @ self.cache.transpose(1, 2), dim=-1)
         return torch.nn.functional.silu(scores @ self.cache)
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 class InputWeight(torch.nn.Module):  # a linear whose weight is an input: XNNPACK declines it
     def forward(self, x, w):

@@ -19,6 +19,9 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 from executorch.exir import to_edge_transform_and_lower
 from deployc.targets.backends import xnnpack_patterns
+import sys
+sys.path.insert(0, "tests")
+from helpers.lowering_models import Mlp
 
 for patterns, written in ((sdpa.get_graphs(), xnnpack_patterns.SDPA_OPERATORS),
                           (bilinear_2d.get_graphs(), xnnpack_patterns.BILINEAR_OPERATORS)):
@@ -30,13 +33,6 @@ from executorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivat
 from executorch.exir.passes.dim_order_ops_registry import MemoryFormatOpsMap
 assert {str(a._op) for a in FuseActivationPass.FUSEABLE_ACTIVATIONS} == xnnpack_patterns.FUSED_ACTIVATIONS
 assert {str(a._op) for a in MemoryFormatOpsMap} == xnnpack_patterns.DIM_ORDER_OPERATORS
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 class Upsample(torch.nn.Module):
     def __init__(self):
