@@ -18,20 +18,13 @@ lowers models both ways and compares the programs' bytes.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from deployc.targets.backends.pass_skips import calls
 
 # Each program run_decompositions returned in this process -> the operators its table decomposed.
 _DECOMPOSED: weakref.WeakKeyDictionary[Any, frozenset[Any]] = weakref.WeakKeyDictionary()
-
-
-def _targets(graph_module: Any) -> Iterator[Any]:
-    """The operator of every call in the graph and in the graphs nested in it (control flow)."""
-    import torch
-
-    for module in graph_module.modules():
-        if isinstance(module, torch.fx.GraphModule):
-            yield from (n.target for n in module.graph.nodes if n.op == "call_function")
 
 
 def redundant(program: Any, table: Mapping[Any, Any] | None) -> bool:
@@ -39,7 +32,7 @@ def redundant(program: Any, table: Mapping[Any, Any] | None) -> bool:
     earlier = _DECOMPOSED.get(program)
     if not table or earlier is None:
         return False
-    return all(target in earlier for target in _targets(program.graph_module) if target in table)
+    return all(n.target in earlier for n in calls(program.graph_module) if n.target in table)
 
 
 def install() -> None:
