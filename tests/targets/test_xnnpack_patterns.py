@@ -2,8 +2,9 @@
 (deployc/targets/backends/xnnpack_patterns.py): the operators it takes every SDPA and bilinear pattern to
 share are the real patterns' shared operators, and programs lower to the same bytes with the skips as without
 them, with the skipped passes acting somewhere (an attention, a bilinear upsample, batch norms fused and
-decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy, a ReLU after a linear) and skipped elsewhere. One fresh process for both: the skips are
-installed process-wide, and the patterns traced once serve both checks."""
+decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy, a ReLU after a linear) and
+skipped elsewhere. One fresh process for both: the skips are installed process-wide, and the patterns traced
+once serve both checks."""
 
 from __future__ import annotations
 
