@@ -11,8 +11,16 @@ A call is skipped when the program came out of an earlier call in this process a
 that the new table would decompose was in that earlier call's table too: it survived that decomposition, so
 it is a fixed point of it (`aten.sym_size.int`, whose decomposition emits itself again, is the one seen). The
 tables are ExecuTorch's default table and subsets of it, so an operator's decomposition is the same function
-in both. The first call (functionalization, an empty table) always runs. tests/graph/test_decompositions.py
-lowers models both ways and compares the programs' bytes.
+in both. tests/graph/test_decompositions.py lowers models each way and compares the programs' bytes.
+
+`ahead` saves one more: where a method lowers under XNNPACK's partitioner, which keeps operators through
+ExecuTorch's EDGE_DO_NOT_DECOMP path (a node filter, no transform before decomposition), it decomposes the
+exported program once with the table of the second call (the default table less the partitioner's operators),
+functionalizing it in the same retrace. The first call (functionalization alone) then finds a program `ahead`
+made, functional already, and the second a fixed point of its own table: both are skipped. On SmolLM2's graph
+cut to six layers: one retrace where two ran, the same bytes. Vulkan's partitioner takes the same path, but a
+program decomposed in one retrace there came out with two independent nodes in another order (the same
+computation, other bytes): Vulkan keeps ExecuTorch's two.
 """
 
 from __future__ import annotations
@@ -25,14 +33,52 @@ from deployc.targets.backends.pass_skips import calls
 
 # Each program run_decompositions returned in this process -> the operators its table decomposed.
 _DECOMPOSED: weakref.WeakKeyDictionary[Any, frozenset[Any]] = weakref.WeakKeyDictionary()
+# The programs `ahead` made: functional, and decomposed as to_edge_transform_and_lower's first two calls would.
+_AHEAD: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def redundant(program: Any, table: Mapping[Any, Any] | None) -> bool:
     """Would run_decompositions(table) on `program` leave it as it is?"""
     earlier = _DECOMPOSED.get(program)
-    if not table or earlier is None:
+    if table is None or earlier is None:
         return False
+    if not table:  # functionalization alone
+        return program in _AHEAD
     return all(n.target in earlier for n in calls(program.graph_module) if n.target in table)
+
+
+def ahead(programs: Mapping[str, Any], partitioners: list[Any]) -> dict[str, Any]:
+    """The methods as to_edge_transform_and_lower's first two decompositions would leave them under
+    `partitioners` (XNNPACK's alone), each in one retrace; otherwise as given. After `install` (else nothing is
+    skipped after it: correct, one retrace more)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir.backend.partitioner import Partitioner
+    from executorch.exir.program._program import (
+        _default_decomposition_table,
+        _remove_invalid_ops_for_not_decompose,
+    )
+
+    if len(partitioners) != 1 or not isinstance(partitioners[0], XnnpackPartitioner):
+        return dict(programs)
+    partitioner = partitioners[0]
+    if type(partitioner).transform_for_pre_decomposition is not Partitioner.transform_for_pre_decomposition:
+        return dict(programs)
+    out = {}
+    for name, program in programs.items():
+        kept, node_filter = partitioner.ops_to_not_decompose(program)
+        out[name] = program
+        if node_filter is None:
+            continue
+        table = _default_decomposition_table()
+        for op in _remove_invalid_ops_for_not_decompose(kept):
+            table.pop(op, None)
+        decomposed = program.run_decompositions(table)
+        # ExecuTorch asks the partitioner on the functionalized program; its answer must not depend on the
+        # form (XNNPACK's and Vulkan's list their operators whatever the graph), else this is not its table.
+        if set(partitioner.ops_to_not_decompose(decomposed)[0]) == set(kept):
+            out[name] = decomposed
+            _AHEAD.add(decomposed)
+    return out
 
 
 def install() -> None:

@@ -86,7 +86,8 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
         if external_weights:
             for ep in programs.values():
                 tag_external_weights(ep)
-        edge = backend.to_edge(programs, recipe, step.options, step.constants)
+        ready = decompositions.ahead(programs, backend.partitioner_objects(recipe, step.options))
+        edge = backend.to_edge(ready, recipe, step.options, step.constants)
         for method in edge.methods:
             drop_unused_constants(edge.exported_program(method))
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place

@@ -1,8 +1,9 @@
 """ExecuTorch's decomposition retraces that cannot change a program are skipped
-(deployc/graph/decompositions.py): programs lower to the same bytes with the skip as without it, the skip
-taken on models whose last retrace finds nothing to decompose (a dynamic length, a cache written in place)
-and not taken where it has work (a linear XNNPACK declines: its weight is an input). One fresh process: the
-skip is installed process-wide."""
+(deployc/graph/decompositions.py): programs lower to the same bytes with the skips as without them, and
+decomposed `ahead` in one retrace (XNNPACK) as in ExecuTorch's two; the skip taken on models whose
+last retrace finds nothing to decompose (a dynamic length, a cache written in place) and not taken where it
+has work (a linear XNNPACK declines: its weight is an input). One fresh process: the skip is installed
+process-wide."""
 
 from __future__ import annotations
 
@@ -40,13 +41,16 @@ cases = [(Cached(), (torch.randn(1, 4, 8), torch.arange(4)), ({1: seq}, {0: seq}
          (Mlp(), (torch.randn(2, 8),), None),
          (InputWeight(), (torch.randn(2, 8), torch.randn(4, 8)), None)]
 
-def lowered():
+def lowered(ahead=False, partitioner=XnnpackPartitioner, only=None):
     out = []
-    for model, example, shapes in cases:
+    for model, example, shapes in cases[:only]:
         torch.manual_seed(0)
         with torch.no_grad():
             exported = torch.export.export(model.eval(), example, dynamic_shapes=shapes)
-        program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+        programs = {"forward": exported}
+        if ahead:
+            programs = decompositions.ahead(programs, [partitioner()])
+        program = to_edge_transform_and_lower(programs, partitioner=[partitioner()]).to_executorch()
         out.append(hashlib.sha256(program.buffer).hexdigest())
     return out
 
@@ -56,16 +60,25 @@ said = []  # per call with a table: skipped?
 original = decompositions.redundant
 def redundant(program, table):
     skip = original(program, table)
-    if table:
+    if table is not None:
         said.append(skip)
     return skip
 decompositions.redundant = redundant
 skipping = lowered()
 assert skipping == plain, (plain, skipping)
-# Two calls with a table per model: the cache's first has work (index_copy, silu, softmax), its last none;
-# the MLP's both none; the declined linear's last has its decomposition to do.
-assert said == [False, True, True, True, True, False], said
-print("same", said)
+# Three calls per model: functionalization ({}) runs; of the two with a table, the cache's first has work
+# (index_copy, silu, softmax), its last none; the MLP's both none; the declined linear's last has its
+# decomposition to do.
+assert said == [False, False, True, False, True, True, False, True, False], said
+said.clear()
+assert lowered(ahead=True) == plain
+# Four per model: ahead's own (work), then functionalization and the second call skipped; the last as before.
+assert said == [False, True, True, True, False, True, True, True, False, True, True, False], said
+# Vulkan's programs keep ExecuTorch's retraces (one retrace there reorders independent nodes).
+from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+exported = {"forward": torch.export.export(Mlp().eval(), (torch.randn(2, 8),))}
+assert decompositions.ahead(exported, [VulkanPartitioner()]) == exported
+print("same")
 """
 
 
@@ -73,4 +86,4 @@ def test_programs_lower_to_the_same_bytes_with_redundant_decompositions_skipped(
     r = subprocess.run([sys.executable, "-c", LOWER_BOTH_WAYS], capture_output=True, text=True, cwd=REPO,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split()[0] == "same", r.stdout
+    assert r.stdout.split()[-1] == "same", r.stdout

@@ -68,6 +68,10 @@ class Backend(Protocol):
 
     def embedding_quantizer(self, recipe: Recipe) -> Any: ...
 
+    def partitioner_objects(self, recipe: Recipe, options: Mapping[str, Any]) -> list[Any]:
+        """The partitioners `to_edge` lowers under (none where it lowers otherwise)."""
+        ...
+
     def to_edge(self, programs: dict[str, Any], recipe: Recipe, options: Mapping[str, Any],
                 constants: Mapping[str, Any]) -> Any: ...
 
