@@ -20,7 +20,7 @@ functionalizing it in the same retrace. The first call (functionalization alone)
 made, functional already, and the second a fixed point of its own table: both are skipped. On SmolLM2's graph
 cut to six layers: one retrace where two ran, the same bytes. Vulkan's partitioner takes the same path, but a
 program decomposed in one retrace there came out with two independent nodes in another order (the same
-computation, other bytes): Vulkan keeps ExecuTorch's two.
+computation, other bytes): Vulkan keeps ExecuTorch's two (a backend opts in: `decomposes_ahead`).
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ def redundant(program: Any, table: Mapping[Any, Any] | None) -> bool:
 
 def ahead(programs: Mapping[str, Any], partitioners: list[Any]) -> dict[str, Any]:
     """The methods as to_edge_transform_and_lower's first two decompositions would leave them under
-    `partitioners` (XNNPACK's alone), each in one retrace; otherwise as given. After `install` (else nothing is
-    skipped after it: correct, one retrace more)."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    `partitioners`, each in one retrace; otherwise as given. Only for a backend measured to keep its programs'
+    bytes that way (`decomposes_ahead`: XNNPACK). After `install` (else nothing is skipped after it: correct,
+    one retrace more)."""
     from executorch.exir.backend.partitioner import Partitioner
     from executorch.exir.program._program import (
         _default_decomposition_table,
         _remove_invalid_ops_for_not_decompose,
     )
 
-    if len(partitioners) != 1 or not isinstance(partitioners[0], XnnpackPartitioner):
+    if len(partitioners) != 1:
         return dict(programs)
     partitioner = partitioners[0]
     if type(partitioner).transform_for_pre_decomposition is not Partitioner.transform_for_pre_decomposition:

@@ -86,7 +86,8 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
         if external_weights:
             for ep in programs.values():
                 tag_external_weights(ep)
-        ready = decompositions.ahead(programs, backend.partitioner_objects(recipe, step.options))
+        ready = (decompositions.ahead(programs, backend.partitioner_objects(recipe, step.options))
+                 if backend.decomposes_ahead else programs)
         edge = backend.to_edge(ready, recipe, step.options, step.constants)
         for method in edge.methods:
             drop_unused_constants(edge.exported_program(method))

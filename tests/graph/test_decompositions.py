@@ -75,9 +75,8 @@ assert lowered(ahead=True) == plain
 # Four per model: ahead's own (work), then functionalization and the second call skipped; the last as before.
 assert said == [False, True, True, True, False, True, True, True, False, True, True, False], said
 # Vulkan's programs keep ExecuTorch's retraces (one retrace there reorders independent nodes).
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-exported = {"forward": torch.export.export(Mlp().eval(), (torch.randn(2, 8),))}
-assert decompositions.ahead(exported, [VulkanPartitioner()]) == exported
+from deployc.targets.backends import BACKENDS
+assert BACKENDS["xnnpack"].decomposes_ahead and not BACKENDS["vulkan"].decomposes_ahead
 print("same")
 """
 

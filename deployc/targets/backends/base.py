@@ -92,6 +92,9 @@ class BackendBase:
     # Runs float operators beside int8 ones in one program, so a static scheme may leave its most sensitive
     # operators float (quantization.float_fallback; graph/sensitivity.py).
     float_fallback: bool = False
+    # Its partitioners' decompositions may be made in one retrace ahead of `to_edge_transform_and_lower`
+    # (graph/decompositions.py's `ahead`): measured to leave its programs' bytes as they are.
+    decomposes_ahead: bool = False
 
     @property
     def schemes(self) -> frozenset[str]:

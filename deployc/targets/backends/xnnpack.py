@@ -307,5 +307,5 @@ BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "
                                            "gguf": "blocks", "gguf-8da": "blocks"},
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
                   quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend",
-                  external_weights=True, arm64_checked=True, float_fallback=True,
+                  external_weights=True, arm64_checked=True, float_fallback=True, decomposes_ahead=True,
                   helpers=("xnnpack_patterns.py", "xnnpack_partitions.py"))
