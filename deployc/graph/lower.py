@@ -76,7 +76,7 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
-    from deployc.graph import decompositions
+    from deployc.graph import decompositions, preprocess
     from deployc.targets.backends import pass_skips
 
     backend = BACKENDS[step.backend]
@@ -88,7 +88,8 @@ def lower_program(programs: dict[str, torch.export.ExportedProgram], step: Lower
                 tag_external_weights(ep)
         ready = (decompositions.ahead(programs, backend.partitioner_objects(recipe, step.options))
                  if backend.decomposes_ahead else programs)
-        edge = backend.to_edge(ready, recipe, step.options, step.constants)
+        with preprocess.shared(backend.forked_preprocess):
+            edge = backend.to_edge(ready, recipe, step.options, step.constants)
         for method in edge.methods:
             drop_unused_constants(edge.exported_program(method))
         facts = graph_facts(edge)  # before to_executorch, which rewrites the graph into out-variants in place

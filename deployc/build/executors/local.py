@@ -17,26 +17,38 @@ from deployc.build import program_job
 from deployc.build.cache import Cache
 from deployc.build.results import Node, WorkerJob, WorkerResult
 from deployc.core.events import Event, EventSink
-from deployc.graph import worker
+from deployc.graph import preprocess, worker
 from deployc.plan.build_plan import UnitPlan
 
+_busy: Any = None  # the pool's count of workers building a program now, shared between them
 
-def _init_worker(events: Any, log_dir: str | None) -> None:
+
+def _init_worker(events: Any, log_dir: str | None, busy: Any, jobs: int) -> None:
     """Pool initializer. Import-time chatter of the libraries goes to the worker's log file, not the
     user's terminal (each unit's own output then goes to the unit's log); failures reach the user
-    through the results."""
+    through the results. A lowering may fork as many processes as the pool has idle workers
+    (graph/preprocess.py): the processes never outnumber --jobs."""
+    global _busy
     if log_dir is not None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         log = open(Path(log_dir) / f"worker-{os.getpid()}.log", "a")  # noqa: SIM115 - lives as long as the worker
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     worker.set_event_sink(events.put)
+    _busy = busy
+    preprocess.set_spare(lambda: max(0, jobs - busy.value))
 
 
 def _build(job: WorkerJob) -> WorkerResult:
     node = Node(executor="local", host=socket.gethostname(), pid=os.getpid())
     worker.emit(Event(label=job.unit.label, kind="started", attempt=1, where=f"this machine (pid {node.pid})"))
-    result = program_job.build_program(job)
+    with _busy.get_lock():
+        _busy.value += 1
+    try:
+        result = program_job.build_program(job)
+    finally:
+        with _busy.get_lock():
+            _busy.value -= 1
     worker.emit(Event(label=job.unit.label, kind="finished", status=result.status))
     return result.model_copy(update={"node": node, "attempts": 1})
 
@@ -54,6 +66,7 @@ class LocalExecutor:
         jobs = min(self.jobs, len(todo))
         ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold torch threads
         channel = ctx.Queue()
+        busy = ctx.Value("i", 0)
         stop = threading.Event()
 
         def drain() -> None:
@@ -72,7 +85,7 @@ class LocalExecutor:
         try:
             # Workers write into the local cache (a shared one's local mirror); the driver publishes.
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(channel, log_dir)) as pool:
+                                     initargs=(channel, log_dir, busy, jobs)) as pool:
                 futures = {pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root), folder=str(folder),
                                                          log_dir=log_dir)): u.program_key for u in todo}
                 for fut in as_completed(futures):

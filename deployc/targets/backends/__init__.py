@@ -30,6 +30,7 @@ class Backend(Protocol):
     static_decoders: bool  # takes text-generation models only in their static form (manifest `npu:`)
     arm64_checked: bool  # its programs run on an arm64 device's CPU: checked on ExecuTorch's arm64 runtime too
     decomposes_ahead: bool  # its partitioners' decompositions may be made in one retrace (graph/decompositions.py)
+    forked_preprocess: str  # its BackendDetails class, when partitions may be preprocessed in forked processes
     host_reference: str  # what runs its lowered graphs on the host when the runtime cannot ("": none)
     host_niceness: int  # of the child processes that run its programs on this host (0: the build's own)
     modules: tuple[str, ...]  # Python modules its ahead-of-time path imports

@@ -95,6 +95,9 @@ class BackendBase:
     # Its partitioners' decompositions may be made in one retrace ahead of `to_edge_transform_and_lower`
     # (graph/decompositions.py's `ahead`): measured to leave its programs' bytes as they are.
     decomposes_ahead: bool = False
+    # The name of its ExecuTorch BackendDetails class when the preprocess of its partitions may run in forked
+    # processes beside the build's (graph/preprocess.py): measured to keep its programs' bytes ("": never).
+    forked_preprocess: str = ""
 
     @property
     def schemes(self) -> frozenset[str]:

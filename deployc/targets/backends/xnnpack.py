@@ -308,4 +308,5 @@ BACKEND = Xnnpack(name="xnnpack", methods={"fp32": "none", "8da8w": "torchao", "
                   modules=("executorch.backends.xnnpack",), partitioners=("XnnpackPartitioner",),
                   quantized_embeddings=frozenset({"8da8w", "8da4w"}), delegate_id="XnnpackBackend",
                   external_weights=True, arm64_checked=True, float_fallback=True, decomposes_ahead=True,
+                  forked_preprocess="XnnpackBackend",
                   helpers=("xnnpack_patterns.py", "xnnpack_partitions.py"))
