@@ -85,7 +85,7 @@ class LocalExecutor:
         try:
             # Workers write into the local cache (a shared one's local mirror); the driver publishes.
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(channel, log_dir, busy, jobs)) as pool:
+                                     initargs=(channel, log_dir, busy, self.jobs)) as pool:
                 futures = {pool.submit(_build, WorkerJob(unit=u, cache=str(cache.root), folder=str(folder),
                                                          log_dir=log_dir)): u.program_key for u in todo}
                 for fut in as_completed(futures):
