@@ -2,7 +2,8 @@
 (deployc/targets/backends/pass_skips.py): programs lower to the same bytes with the skips as without them, on models with
 transposes and views of every kind (`t`, `transpose`, `permute`, slices, `unsqueeze`, `expand`, `select`, a view
 of a buffer written in place), through XNNPACK and the portable kernels: both passes skipped, as such graphs reach
-them without what they act on; on a graph that has it (traced at the ATen level) each pass acts. One fresh
+them without what they act on; on a graph that has it (traced at the ATen level) each pass acts. SymToTensorPass
+acts on a dynamic length added to a tensor and is skipped elsewhere. One fresh
 process: the skips are installed process-wide."""
 
 from __future__ import annotations
@@ -36,20 +37,26 @@ class Transposed(Mlp):
     def forward(self, x):
         return super().forward(x).t()
 
-cases = [(Views(), (torch.randn(4, 8),)), (Transposed(), (torch.randn(2, 8),))]
+class Sized(Mlp):  # a dynamic length added to a tensor: a SymInt where add takes a tensor
+    def forward(self, x):
+        return super().forward(x) + x.shape[0]
+
+rows = torch.export.Dim("rows", min=2, max=8)
+cases = [(Views(), (torch.randn(4, 8),), None), (Transposed(), (torch.randn(2, 8),), None),
+         (Sized(), (torch.randn(3, 8),), ({0: rows},))]
 
 def lowered():
     out = []
-    for model, example in cases:
+    for model, example, shapes in cases:
         torch.manual_seed(0)
         with torch.no_grad():
-            exported = torch.export.export(model.eval(), example)
+            exported = torch.export.export(model.eval(), example, dynamic_shapes=shapes)
         for program in (to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch(),
                         to_edge(exported).to_executorch()):  # the portable kernels': no partitioner
             out.append(hashlib.sha256(program.buffer).hexdigest())
     return out
 
-said = {"operator_names": [], "has_view": []}  # what each skip's test saw, once installed
+said = {"operator_names": [], "has_view": [], "symbol_for_tensor": []}  # what each skip's test saw, once installed
 for name, seen in said.items():
     original = getattr(pass_skips, name)
     setattr(pass_skips, name, lambda gm, original=original, seen=seen: seen.append(original(gm)) or seen[-1])
@@ -61,6 +68,8 @@ assert skipping == plain, (plain, skipping)
 # both were skipped in every lowering above.
 assert said["operator_names"] and not any(pass_skips.TRANSPOSE in names for names in said["operator_names"])
 assert said["has_view"] and not any(said["has_view"]), said["has_view"]
+# SymToTensorPass ran where the length meets a tensor argument (the Sized model, both lowerings) and only there.
+assert said["symbol_for_tensor"].count(True) == 2, said["symbol_for_tensor"]
 
 # Where a graph has them, the passes act: a graph traced at the ATen level, with t and unsqueeze.
 from torch.fx.experimental.proxy_tensor import make_fx

@@ -2,8 +2,8 @@
 (deployc/targets/backends/xnnpack_patterns.py): the operators it takes every SDPA and bilinear pattern to
 share are the real patterns' shared operators, and programs lower to the same bytes with the skips as without
 them, with the skipped passes acting somewhere (an attention, a bilinear upsample, batch norms fused and
-decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy, a ReLU after a linear) and
-skipped elsewhere. One fresh process for both: the skips are installed process-wide, and the patterns traced
+decomposed, a 1-D convolution, a concatenation of six tensors, a dim-order copy, a ReLU after a linear, a
+maximum's getitem, the copies of a layout change) and skipped elsewhere. One fresh process for both: the skips are installed process-wide, and the patterns traced
 once serve both checks."""
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class Upsample(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-    def forward(self, x):
+    def forward(self, x):  # a maximum over the width first: its getitem folded (RemoveGetItemPass)
         y = self.conv(x)
+        y = y + torch.max(y, dim=3, keepdim=True).values
         return F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False) + F.interpolate(
             y, scale_factor=2, mode="bilinear", align_corners=True)
 
@@ -109,7 +110,8 @@ assert any(xnnpack_patterns.BILINEAR_OPERATORS <= c for c in calls), "the upsamp
 assert not any(xnnpack_patterns.PRELU in c for c in calls) and any("aten.prelu.default" in c for c in calls)
 assert True in long and False in long, long
 for acting in (xnnpack_patterns.BATCH_NORM_OPERATORS, {xnnpack_patterns.CONVOLUTION},
-               xnnpack_patterns.DIM_ORDER_OPERATORS, xnnpack_patterns.FUSED_ACTIVATIONS):
+               xnnpack_patterns.DIM_ORDER_OPERATORS, xnnpack_patterns.FUSED_ACTIVATIONS,
+               xnnpack_patterns.INDEXED_MAXIMA, {xnnpack_patterns.COPY}):
     assert any(acting & c for c in calls), f"no partition had {sorted(acting)}"
     assert any(not acting & c for c in calls), f"every partition had {sorted(acting)}"
 print("same", len(calls))

@@ -47,6 +47,28 @@ def has_view(graph_module: Any) -> bool:
     return any(isinstance(n.target, torch._ops.OpOverload) and n.target.is_view for n in calls(graph_module))
 
 
+def symbol_for_tensor(graph_module: Any) -> bool:
+    """Does an operator take a symbolic size (SymInt, SymFloat, SymBool) where its schema has a tensor (what
+    SymToTensorPass wraps in a `scalar_tensor`)? As ExecuTorch's map_args reads arguments: the schema's, top level."""
+    import torch
+
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    for node in calls(graph_module):
+        if not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for i, argument in enumerate(node.target._schema.arguments):
+            if argument.name in node.kwargs:
+                value = node.kwargs[argument.name]
+            elif not argument.kwarg_only and i < len(node.args):
+                value = node.args[i]
+            else:
+                continue
+            if (isinstance(argument.type, torch.TensorType) and isinstance(value, torch.fx.Node)
+                    and isinstance(value.meta.get("val"), symbolic)):
+                return True
+    return False
+
+
 def skip_unless(cls: type, can_act: Callable[[Any], bool]) -> None:
     """Run pass `cls` only on graphs where `can_act`; elsewhere it returns the graph unchanged. Once per class."""
     from torch.fx.passes.infra.pass_base import PassResult
@@ -65,12 +87,15 @@ def skip_unless(cls: type, can_act: Callable[[Any], bool]) -> None:
 
 
 def install() -> None:
-    """Wrap the edge dialect's passes that act on one kind of operator (once per process). On SmolLM2's cut both
-    found nothing: the transpose is exported as `transpose`, and the views are view copies by then."""
+    """Wrap the edge dialect's passes that act on one kind of argument (once per process). On SmolLM2's cut all
+    three found nothing: the transpose is exported as `transpose`, the views are view copies by then, and no
+    size reaches a tensor argument (SymToTensorPass's retrace: 1.9 s of the cut's 36 s lowering)."""
     from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
     from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
         ReplaceBrokenOpsWithFunctionalOpsPass,
     )
+    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
 
     skip_unless(NormalizeTransposePass, lambda gm: TRANSPOSE in operator_names(gm))
     skip_unless(ReplaceBrokenOpsWithFunctionalOpsPass, has_view)
+    skip_unless(SymToTensorPass, symbol_for_tensor)

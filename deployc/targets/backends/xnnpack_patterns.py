@@ -43,6 +43,9 @@ DIM_ORDER_OPERATORS = frozenset({"dim_order_ops._to_dim_order_copy.default", "di
                                  "dim_order_ops._clone_dim_order.default"})
 # What FuseActivationPass folds into the operator before it (its FUSEABLE_ACTIVATIONS).
 FUSED_ACTIVATIONS = frozenset({"aten.relu.default", "aten.hardtanh.default"})
+# What RemoveGetItemPass folds with the getitem after it; RemoveRedundantCopyPass looks at copies alone.
+INDEXED_MAXIMA = frozenset({"aten.max_pool2d_with_indices.default", "aten.max.dim"})
+COPY = "aten._to_copy.default"
 CONCATENATION = "aten.cat.default"
 CONCATENATED_AT_ONCE = 5  # XNNPACK's concatenation takes up to five tensors; DecomposeConcatenate splits longer ones
 
@@ -54,8 +57,9 @@ def long_concatenation(graph_module: Any) -> bool:
 
 
 def install() -> None:
-    """Wrap the nine passes (once per process): each runs only on a partition that has what it can act on.
+    """Wrap the eleven passes (once per process): each runs only on a partition that has what it can act on.
     Called before XNNPACK lowers anything."""
+    from executorch.backends.transforms.remove_getitem_op import RemoveGetItemPass
     from executorch.backends.xnnpack._passes.conv1d_unsqueeze_pass import Conv1dUnsqueezePass
     from executorch.backends.xnnpack._passes.convert_to_sdpa import ConvertToSDPAPass
     from executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d import ConvertToUpsampleBilinear2d
@@ -64,6 +68,7 @@ def install() -> None:
     from executorch.backends.xnnpack._passes.fuse_activation_pass import FuseActivationPass
     from executorch.backends.xnnpack._passes.fuse_batch_norm import FuseBatchNormPass
     from executorch.backends.xnnpack._passes.prelu_reshape_pass import PReLUReshapePass
+    from executorch.backends.xnnpack._passes.remove_redundant_copy_pass import RemoveRedundantCopyPass
     from executorch.exir.passes.memory_format_ops_pass import DimOrderOpsRevertPass
 
     skip_unless(ConvertToSDPAPass, lambda gm: operator_names(gm) >= SDPA_OPERATORS)
@@ -75,3 +80,5 @@ def install() -> None:
     skip_unless(DimOrderOpsRevertPass, lambda gm: bool(DIM_ORDER_OPERATORS & operator_names(gm)))
     skip_unless(DecomposeConcatenate, long_concatenation)
     skip_unless(FuseActivationPass, lambda gm: bool(FUSED_ACTIVATIONS & operator_names(gm)))
+    skip_unless(RemoveGetItemPass, lambda gm: bool(INDEXED_MAXIMA & operator_names(gm)))
+    skip_unless(RemoveRedundantCopyPass, lambda gm: COPY in operator_names(gm))
