@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
+import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+PATIENCE_S = 60.0  # the least a child is waited for after this process's share
 
 
 def _none() -> int:
@@ -65,9 +70,18 @@ def _run_child(preprocess: Any, jobs: list[tuple[Any, Any]], share: list[int], w
         os._exit(status)  # no atexit handlers, no torch teardown: the parent owns those
 
 
-def _read(read: int) -> bytes:
-    with os.fdopen(read, "rb") as pipe:
-        return pipe.read()
+def _read(read: int, deadline: float) -> bytes | None:
+    """What a child sent, or None when it has not finished by `deadline` (time.monotonic)."""
+    chunks: list[bytes] = []
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                return None
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
 
 
 def run(preprocess: Any, jobs: list[tuple[Any, Any]], processes: int) -> list[Any]:
@@ -85,21 +99,27 @@ def run(preprocess: Any, jobs: list[tuple[Any, Any]], processes: int) -> list[An
             _run_child(preprocess, jobs, share, write)
         os.close(write)
         children.append((pid, read, share))
+    start = time.monotonic()
     try:
         for i in parts[0]:
             results[i] = preprocess(*jobs[i])
     except BaseException:
         for pid, read, _ in children:  # they would wait on their pipes forever
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
             os.close(read)
             os.waitpid(pid, 0)
         raise
+    # The shares cost about the same: a child still busy long after this process's share is stuck (a lock
+    # some other thread held when it was forked), and its share is done here.
+    deadline = time.monotonic() + max(PATIENCE_S, 3 * (time.monotonic() - start))
     for pid, read, share in children:
-        payload = _read(read)
+        payload = _read(read, deadline)
+        if payload is None:
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         if status == 0 and payload:
             results.update(pickle.loads(payload))
-        else:  # the child died or raised: this process does its share, raising what preprocess raises
+        else:  # the child died, raised or hung: this process does its share, raising what preprocess raises
             results.update({i: preprocess(*jobs[i]) for i in share})
     return [results[i] for i in range(len(jobs))]
 

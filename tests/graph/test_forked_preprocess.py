@@ -1,5 +1,5 @@
 """The preprocess of a backend's partitions shared with forked processes (deployc/graph/preprocess.py): results
-in the partitions' order whichever process made them, a child's failure redone here, this process's failure
+in the partitions' order whichever process made them, a child's failure or hang redone here, this process's failure
 raised with its children reaped, and XNNPACK's programs the same bytes with a spare process as without. Fresh
 processes: the share forks, and ExecuTorch's default is wrapped process-wide while it runs."""
 
@@ -33,6 +33,14 @@ def fails_in_children(program, n):
         raise RuntimeError("a child's failure")
     return n
 assert preprocess.run(fails_in_children, jobs, 3) == list(range(7))
+
+def hangs_in_children(program, n):  # a child stuck past its patience: killed, its share made here
+    if os.getpid() != home:
+        import time
+        time.sleep(3600)
+    return n
+preprocess.PATIENCE_S = 1.0
+assert preprocess.run(hangs_in_children, jobs, 2) == list(range(7))
 
 def fails_here(program, n):
     if os.getpid() == home:
