@@ -5,8 +5,9 @@ deep copy of its graph, into bytes that depend on that partition alone. Under XN
 decoder's lowering (its passes retrace each partition with fake tensors): on SmolLM2's `gguf` graph cut to six
 layers, 26 partitions, ~11 s of 32. With a core free, the partitions are split into balanced shares and all but
 one share are preprocessed in forked children, which inherit the graphs (nothing to serialize on the way in) and
-send back the results (bytes and the named data). A child that fails leaves its share to this process, so the
-result is the sequential one in every case; the tests lower with and without it and compare the bytes.
+send back the results (bytes and the named data). A child that fails, or hangs (a lock another thread held at
+the fork), leaves its share to this process, so the result is the sequential one in every case; the tests lower
+with and without it and compare the bytes.
 
 Forking a process that holds torch's OpenMP threads is safe only while the child never enters a parallel
 region: children run on one intra-op thread, as the lowering itself does (worker._one_thread).
