@@ -133,20 +133,19 @@ def shared(backend_class: str) -> Iterator[None]:
     imported yet."""
     from executorch.exir.backend.backend_details import BackendDetails
 
-    spare = _spare()
-    if not backend_class or spare < 1 or not hasattr(os, "fork"):
+    if not backend_class or not hasattr(os, "fork"):
         yield
         return
     default = BackendDetails.__dict__["preprocess_multimethod"]
-    processes = spare + 1
 
     def multimethod(klass: Any, edge_programs: dict[str, list[Any]], compile_specs: dict[str, list[Any]]
                     ) -> dict[str, list[Any]]:
-        if klass.__name__ != backend_class:
+        spare = _spare()  # now: a worker busy when the lowering began may have finished since
+        if klass.__name__ != backend_class or spare < 1:
             return default.__func__(klass, edge_programs, compile_specs)
         order = [(method, i) for method, programs in edge_programs.items() for i in range(len(programs))]
         jobs = [(edge_programs[m][i], compile_specs[m][i]) for m, i in order]
-        done = run(klass.preprocess, jobs, processes)
+        done = run(klass.preprocess, jobs, spare + 1)
         out: dict[str, list[Any]] = {m: [] for m in edge_programs}
         for (m, _), result in zip(order, done, strict=True):
             out[m].append(result)

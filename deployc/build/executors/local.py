@@ -36,7 +36,7 @@ def _init_worker(events: Any, log_dir: str | None, busy: Any, jobs: int) -> None
         os.dup2(log.fileno(), 2)
     worker.set_event_sink(events.put)
     _busy = busy
-    preprocess.set_spare(lambda: max(0, jobs - busy.value))
+    preprocess.set_spare(lambda: max(0, jobs - _busy.value))
 
 
 def _build(job: WorkerJob) -> WorkerResult:
